@@ -1,0 +1,44 @@
+# sorter -- build, test, benchmark.
+#   make             build ./sorter
+#   make test        build and run the gradient checks and behaviour tests (doctest)
+#   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
+#   make bench       speed table (see README.md, Performance)
+CXX      ?= g++
+CXXFLAGS ?= -std=c++17 -O2 -Wall -Wextra -pedantic
+HEADERS  := matrix.hpp model.hpp train.hpp
+DOCTEST  := /usr/include/doctest/doctest.h
+
+.PHONY: all test sanitize bench clean doctest
+
+all: sorter
+
+sorter: main.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) -o $@ main.cpp
+
+# doctest comes from Debian's doctest-dev. Install it when missing and we may; otherwise say how.
+doctest:
+	@if [ ! -f $(DOCTEST) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "doctest is missing: installing Debian's doctest-dev"; \
+	    (apt-get install -y -qq doctest-dev >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq doctest-dev >/dev/null)) || true; \
+	  fi; \
+	  if [ ! -f $(DOCTEST) ]; then \
+	    echo "error: $(DOCTEST) not found. Install it with: sudo apt-get install doctest-dev"; exit 1; \
+	  fi; \
+	fi
+
+tests: tests.cpp $(HEADERS) | doctest
+	$(CXX) $(CXXFLAGS) -o $@ tests.cpp
+
+test: tests
+	./tests
+
+tests-sanitize: tests.cpp $(HEADERS) | doctest
+	$(CXX) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ tests.cpp
+
+sanitize: tests-sanitize
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
+
+clean:
+	rm -f sorter tests tests-sanitize

@@ -1,0 +1,236 @@
+// matrix.hpp -- the math under the Transformer, each forward beside its backward.
+//
+// Read this file first. Everything here works on a Matrix: a rows x cols block of doubles
+// stored row by row. One row is one position of a sequence, so a sequence of T tokens that
+// each carry d_model numbers is a (T, d_model) matrix.
+//
+// Legend used in every file:
+//   T        target (decoder) sequence length      S     source (encoder) sequence length
+//   d_model  width of every token vector           V     vocabulary size
+//   n_heads  attention heads                       d_k   d_model / n_heads, width of one head
+//   d_ff     hidden width of the feed-forward layer
+//
+// The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
+// gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
+// over every path from an input to the loss: when one input feeds two places, both add in.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+// ---------------------------------------------------------------------------------------------
+// Matrix: rows x cols doubles, row-major. at(r, c) is the only indexing a reader needs.
+// ---------------------------------------------------------------------------------------------
+struct Matrix {
+    int rows = 0, cols = 0;
+    std::vector<double> data;  // (rows * cols), row r starts at data[r * cols]
+
+    Matrix() = default;
+    Matrix(int r, int c, double fill = 0.0) : rows(r), cols(c), data(std::size_t(r) * c, fill) {}
+
+    double& at(int r, int c) { return data[std::size_t(r) * cols + c]; }
+    double at(int r, int c) const { return data[std::size_t(r) * cols + c]; }
+    bool empty() const { return data.empty(); }
+    void zero() { std::fill(data.begin(), data.end(), 0.0); }
+};
+
+// A learned tensor and the gradient of the loss with respect to it, always the same shape.
+// Training zeroes grad, backward passes add (+=) into it, and SGD reads it.
+struct Param {
+    Matrix value, grad;
+    Param() = default;
+    Param(int r, int c, double fill = 0.0) : value(r, c, fill), grad(r, c, 0.0) {}
+};
+
+// A small deterministic random generator (splitmix64), so one seed gives the same numbers on
+// every compiler; std::uniform_real_distribution is allowed to differ between libraries.
+struct Rng {
+    uint64_t state;
+    explicit Rng(uint64_t seed) : state(seed) {}
+    uint64_t next() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+    double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+    int below(int n) { return int(next() % uint64_t(n)); }                            // 0 .. n-1
+};
+
+// Xavier (Glorot) uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)). It keeps the variance of
+// activations and of gradients about the same from layer to layer, as in PyTorch's xavier_uniform_.
+inline void xavier_init(Matrix& w, Rng& rng) {
+    double a = std::sqrt(6.0 / double(w.rows + w.cols));
+    for (double& v : w.data) v = rng.uniform(-a, a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrix product  C = A B.   A (n, k), B (k, m), C (n, m).
+// ---------------------------------------------------------------------------------------------
+inline Matrix matmul(const Matrix& A, const Matrix& B) {
+    Matrix C(A.rows, B.cols);
+    for (int i = 0; i < A.rows; i++)
+        for (int p = 0; p < A.cols; p++) {
+            double a = A.at(i, p);  // i-p-j loop order: the innermost loop walks rows of B and C
+            for (int j = 0; j < B.cols; j++) C.at(i, j) += a * B.at(p, j);
+        }
+    return C;
+}
+// forward: C[i][j] = sum_p A[i][p] B[p][j]
+// so       dA[i][p] += sum_j dC[i][j] B[p][j]   (dA += dC B^T)
+//          dB[p][j] += sum_i A[i][p] dC[i][j]   (dB += A^T dC)
+inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    for (int i = 0; i < A.rows; i++)
+        for (int p = 0; p < A.cols; p++) {
+            double a = A.at(i, p), da = 0.0;
+            for (int j = 0; j < B.cols; j++) {
+                da += dC.at(i, j) * B.at(p, j);
+                dB.at(p, j) += a * dC.at(i, j);
+            }
+            dA.at(i, p) += da;
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transpose  B = A^T.   A (n, m), B (m, n).
+// ---------------------------------------------------------------------------------------------
+inline Matrix transpose(const Matrix& A) {
+    Matrix B(A.cols, A.rows);
+    for (int i = 0; i < A.rows; i++)
+        for (int j = 0; j < A.cols; j++) B.at(j, i) = A.at(i, j);
+    return B;
+}
+// forward: B[j][i] = A[i][j]   so   dA[i][j] += dB[j][i]
+inline void transpose_backward(const Matrix& dB, Matrix& dA) {
+    for (int i = 0; i < dA.rows; i++)
+        for (int j = 0; j < dA.cols; j++) dA.at(i, j) += dB.at(j, i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sum  C = A + B (same shape). This is the residual connection x + sublayer(x).
+// ---------------------------------------------------------------------------------------------
+inline Matrix add(const Matrix& A, const Matrix& B) {
+    Matrix C = A;
+    for (std::size_t i = 0; i < C.data.size(); i++) C.data[i] += B.data[i];
+    return C;
+}
+// forward: C = A + B   so   dA += dC and dB += dC: a sum hands its gradient to both terms.
+inline void add_backward(const Matrix& dC, Matrix& dA, Matrix& dB) {
+    for (std::size_t i = 0; i < dC.data.size(); i++) {
+        dA.data[i] += dC.data[i];
+        dB.data[i] += dC.data[i];
+    }
+}
+// dA += dC alone, for when only one side of a sum needs a gradient.
+inline void accumulate(Matrix& dA, const Matrix& dC) {
+    for (std::size_t i = 0; i < dC.data.size(); i++) dA.data[i] += dC.data[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias  Y = X + b, the row vector b (1, m) added to every row of X (n, m).
+// ---------------------------------------------------------------------------------------------
+inline Matrix add_row(const Matrix& X, const Matrix& b) {
+    Matrix Y = X;
+    for (int i = 0; i < X.rows; i++)
+        for (int j = 0; j < X.cols; j++) Y.at(i, j) += b.at(0, j);
+    return Y;
+}
+// forward: Y[i][j] = X[i][j] + b[j]   so   dX += dY, and db[j] += sum_i dY[i][j]
+inline void add_row_backward(const Matrix& dY, Matrix& dX, Matrix& db) {
+    for (int i = 0; i < dY.rows; i++)
+        for (int j = 0; j < dY.cols; j++) {
+            dX.at(i, j) += dY.at(i, j);
+            db.at(0, j) += dY.at(i, j);
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale  Y = s X  by a constant s.
+// ---------------------------------------------------------------------------------------------
+inline Matrix scale(const Matrix& X, double s) {
+    Matrix Y = X;
+    for (double& v : Y.data) v *= s;
+    return Y;
+}
+// forward: Y = s X   so   dX += s dY
+inline void scale_backward(const Matrix& dY, double s, Matrix& dX) {
+    for (std::size_t i = 0; i < dY.data.size(); i++) dX.data[i] += s * dY.data[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-wise softmax  P[i][j] = exp(S[i][j]) / sum_k exp(S[i][k]).   S, P (n, m).
+// ---------------------------------------------------------------------------------------------
+inline Matrix softmax_rows(const Matrix& S) {
+    Matrix P(S.rows, S.cols);
+    for (int i = 0; i < S.rows; i++) {
+        // Subtracting the row's max changes nothing (it cancels between top and bottom) but
+        // keeps every exp() argument <= 0, so a logit of 1000 cannot overflow to inf and NaN.
+        double max = S.at(i, 0);
+        for (int j = 1; j < S.cols; j++) max = std::max(max, S.at(i, j));
+        double sum = 0.0;
+        for (int j = 0; j < S.cols; j++) sum += P.at(i, j) = std::exp(S.at(i, j) - max);
+        for (int j = 0; j < S.cols; j++) P.at(i, j) /= sum;
+    }
+    return P;
+}
+// forward: P[i][j] = exp(S[i][j]) / sum_k exp(S[i][k])
+// Jacobian: dP[i][j]/dS[i][k] = P[i][j] (delta_jk - P[i][k]), so the vector-Jacobian product is
+//          dS[i][k] += P[i][k] (dP[i][k] - sum_j dP[i][j] P[i][j])
+// in words: each score gets its own probability times (its upstream gradient minus the
+// probability-weighted mean of the row's upstream gradients).
+inline void softmax_rows_backward(const Matrix& dP, const Matrix& P, Matrix& dS) {
+    for (int i = 0; i < P.rows; i++) {
+        double mean = 0.0;
+        for (int j = 0; j < P.cols; j++) mean += dP.at(i, j) * P.at(i, j);
+        for (int k = 0; k < P.cols; k++) dS.at(i, k) += P.at(i, k) * (dP.at(i, k) - mean);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations, elementwise. Each backward multiplies dY by the local slope at the saved input X.
+// ---------------------------------------------------------------------------------------------
+inline Matrix relu(const Matrix& X) {
+    Matrix Y = X;
+    for (double& v : Y.data) v = v > 0.0 ? v : 0.0;
+    return Y;
+}
+// forward: Y = max(0, X)   so   dX += dY where X > 0, and nothing where X <= 0 (the mask)
+inline void relu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
+    for (std::size_t i = 0; i < X.data.size(); i++)
+        if (X.data[i] > 0.0) dX.data[i] += dY.data[i];
+}
+
+// GELU, exact form: x * Phi(x), with Phi the standard normal CDF (PyTorch's default GELU).
+inline double normal_cdf(double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); }
+inline double normal_pdf(double x) { return std::exp(-0.5 * x * x) * 0.3989422804014327; }  // 1/sqrt(2 pi)
+inline Matrix gelu(const Matrix& X) {
+    Matrix Y = X;
+    for (double& v : Y.data) v = v * normal_cdf(v);
+    return Y;
+}
+// forward: Y = X Phi(X)   so   dX += dY (Phi(X) + X phi(X))   (product rule; Phi' = phi)
+inline void gelu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
+    for (std::size_t i = 0; i < X.data.size(); i++) {
+        double x = X.data[i];
+        dX.data[i] += dY.data[i] * (normal_cdf(x) + x * normal_pdf(x));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Columns: multi-head attention cuts Q, K, V (n, d_model) into n_heads slices of d_k columns.
+// ---------------------------------------------------------------------------------------------
+inline Matrix take_columns(const Matrix& X, int first, int count) {  // X (n, m) -> (n, count)
+    Matrix Y(X.rows, count);
+    for (int i = 0; i < X.rows; i++)
+        for (int j = 0; j < count; j++) Y.at(i, j) = X.at(i, first + j);
+    return Y;
+}
+// forward: Y[i][j] = X[i][first + j]   so   dX[i][first + j] += dY[i][j].
+// Read the other way, the same loop also joins heads: it writes a (n, d_k) slice into (n, d_model).
+inline void add_into_columns(const Matrix& dY, int first, Matrix& dX) {
+    for (int i = 0; i < dY.rows; i++)
+        for (int j = 0; j < dY.cols; j++) dX.at(i, first + j) += dY.at(i, j);
+}

@@ -1,0 +1,537 @@
+// model.hpp -- the blocks of an encoder-decoder Transformer, each forward beside its backward.
+//
+// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad)
+// and the activations its forward saved. forward() fills the saved activations; backward(d_out)
+// reads them, adds (+=) into its parameters' grads and returns the gradient for its input.
+//
+// Legend: T target length, S source length, d_model token width, n_heads heads,
+//         d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+//
+// The variant, stated once: PRE-NORM blocks (x + Sublayer(LayerNorm(x))), LayerNorm with the
+// biased variance (divide by d_model) and eps inside the square root, a final LayerNorm before
+// the output projection, token ids PAD = 0, digits 1..max_digit, START = V - 1, the same START
+// opening the decoder input in training (teacher forcing) and in greedy decoding.
+// The exercise switches (post-norm, learned or no positions, GELU, no embedding scale) each
+// change one place: Sublayer, Embedding, FeedForward.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "matrix.hpp"
+
+enum class Norm { pre, post };
+enum class Positions { sinusoidal, learned, none };
+enum class Activation { relu, gelu };
+
+struct ModelConfig {
+    int vocab = 11;       // V: PAD 0, digits 1..9, START 10
+    int max_len = 5;      // longest sequence, source or target
+    int d_model = 16;
+    int n_heads = 2;
+    int d_ff = 32;
+    int enc_layers = 1;
+    int dec_layers = 1;
+    Norm norm = Norm::pre;
+    Positions positions = Positions::sinusoidal;
+    Activation activation = Activation::relu;
+    bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
+};
+
+constexpr int PAD = 0;
+inline int start_token(const ModelConfig& c) { return c.vocab - 1; }
+
+// ---------------------------------------------------------------------------------------------
+// Linear  y = x W + b.   x (n, d_in), W (d_in, d_out), b (1, d_out), y (n, d_out).
+// ---------------------------------------------------------------------------------------------
+struct Linear {
+    Param W, b;  // b is empty (0 x 0) for a layer without bias, like W_q W_k W_v W_o
+    Matrix x;    // saved input (n, d_in)
+
+    Linear() = default;
+    Linear(int d_in, int d_out, bool bias, Rng& rng) : W(d_in, d_out) {
+        xavier_init(W.value, rng);
+        if (bias) b = Param(1, d_out);  // biases start at zero
+    }
+    Matrix forward(const Matrix& in) {
+        x = in;
+        Matrix y = matmul(x, W.value);
+        return b.value.empty() ? y : add_row(y, b.value);
+    }
+    Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
+        Matrix dxW = dy;  // y = xW + b: the gradient of xW is dy itself ...
+        if (!b.value.empty()) {
+            dxW.zero();
+            add_row_backward(dy, dxW, b.grad);  // ... and b collects dy summed over rows
+        }
+        Matrix dx(x.rows, x.cols);
+        matmul_backward(dxW, x, W.value, dx, W.grad);  // dx += dxW W^T, dW += x^T dxW
+        return dx;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Embedding + positions:  X[t] = table[token_t] * sqrt(d_model) + PE[t].   X (T, d_model).
+// One table is shared by the source and the target, so backward takes the tokens it undoes.
+// ---------------------------------------------------------------------------------------------
+// PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+// Each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
+inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model)
+    Matrix pe(max_len, d_model);
+    for (int pos = 0; pos < max_len; pos++)
+        for (int c = 0; c < d_model; c++) {
+            int two_i = c - c % 2;  // columns 2i and 2i+1 share one frequency
+            double angle = pos / std::pow(10000.0, double(two_i) / d_model);
+            pe.at(pos, c) = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+        }
+    return pe;
+}
+
+struct Embedding {
+    Param table;      // (V, d_model), one row per token id
+    Param learned;    // (max_len, d_model), used only with Positions::learned
+    Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
+    double scale = 1.0;
+    Positions positions = Positions::sinusoidal;
+
+    Embedding() = default;
+    Embedding(const ModelConfig& c, Rng& rng)
+        : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
+          scale(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
+        xavier_init(table.value, rng);
+        if (positions == Positions::learned) {
+            learned = Param(c.max_len, c.d_model);
+            xavier_init(learned.value, rng);
+        }
+    }
+    const Matrix* position_rows() const {
+        if (positions == Positions::sinusoidal) return &fixed;
+        if (positions == Positions::learned) return &learned.value;
+        return nullptr;  // Positions::none: the model sees a bag of tokens
+    }
+    Matrix forward(const std::vector<int>& tokens) const {
+        Matrix X(int(tokens.size()), table.value.cols);
+        const Matrix* P = position_rows();
+        for (int t = 0; t < X.rows; t++)
+            for (int c = 0; c < X.cols; c++)
+                X.at(t, c) = table.value.at(tokens[t], c) * scale + (P ? P->at(t, c) : 0.0);
+        return X;
+    }
+    // forward: X[t] = table[token_t] * scale + P[t]
+    // so       table.grad[token_t] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
+    //          learned.grad[t]     += dX[t]           (only when positions are learned)
+    void backward(const std::vector<int>& tokens, const Matrix& dX) {
+        for (int t = 0; t < dX.rows; t++)
+            for (int c = 0; c < dX.cols; c++) {
+                table.grad.at(tokens[t], c) += scale * dX.at(t, c);
+                if (positions == Positions::learned) learned.grad.at(t, c) += dX.at(t, c);
+            }
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Scaled dot-product attention  O = softmax(Q K^T / sqrt(d_k) + mask) V.
+//   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
+// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything.
+// ---------------------------------------------------------------------------------------------
+// Causal mask (T, T): position t sees positions 0..t and nothing after, so a decoder trained with
+// teacher forcing cannot peek at the token it is asked to predict.
+inline Matrix causal_mask(int T) {
+    Matrix m(T, T);
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
+    return m;
+}
+// Padding mask (rows, S): no query may look at a PAD position of the source.
+inline Matrix padding_mask(int rows, const std::vector<int>& source) {
+    Matrix m(rows, int(source.size()));
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < m.cols; j++) m.at(i, j) = source[j] == PAD ? 0.0 : 1.0;
+    return m;
+}
+
+struct AttentionCache {
+    Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
+    Matrix P;        // the attention weights (T, S); row i says where query i looked
+};
+
+// A blocked score becomes -1e9, a large negative number, never -inf or NaN: after the row max
+// is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
+constexpr double MASKED = -1e9;
+
+inline Matrix attention(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
+                        AttentionCache& cache) {
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
+    Matrix scores = scale(matmul(Q, transpose(K)), inv_sqrt_dk);  // (T, S)
+    if (!mask.empty())
+        for (std::size_t i = 0; i < scores.data.size(); i++)
+            if (mask.data[i] == 0.0) scores.data[i] = MASKED;
+    cache = {Q, K, V, softmax_rows(scores)};
+    return matmul(cache.P, V);  // (T, d_k)
+}
+// Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
+inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
+                               Matrix& dV) {
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
+    // forward: O = P V
+    Matrix dP(c.P.rows, c.P.cols);
+    matmul_backward(dO, c.P, c.V, dP, dV);
+    // forward: P = softmax_rows(scores). A masked score was replaced by a constant, so it gets no
+    // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0.
+    Matrix d_scores(c.P.rows, c.P.cols);
+    softmax_rows_backward(dP, c.P, d_scores);
+    // forward: scores = (Q K^T) / sqrt(d_k)
+    Matrix d_QKt(c.P.rows, c.P.cols);
+    scale_backward(d_scores, inv_sqrt_dk, d_QKt);
+    // forward: Q K^T = matmul(Q, transpose(K))
+    Matrix d_Kt(c.K.cols, c.K.rows);
+    matmul_backward(d_QKt, c.Q, transpose(c.K), dQ, d_Kt);
+    transpose_backward(d_Kt, dK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k
+// columns, join the slices, project with W_o.
+//   x_q (T, d_model), x_kv (S, d_model), output (T, d_model).
+// self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
+// cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
+// ---------------------------------------------------------------------------------------------
+struct MultiHeadAttention {
+    int n_heads = 1, d_k = 1;
+    Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
+    std::vector<AttentionCache> heads;  // n_heads saved caches; heads[h].P is head h's map
+
+    MultiHeadAttention() = default;
+    MultiHeadAttention(const ModelConfig& c, Rng& rng)
+        : n_heads(c.n_heads), d_k(c.d_model / c.n_heads),
+          W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, c.d_model, false, rng),
+          W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng),
+          heads(c.n_heads) {}
+
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask) {
+        Matrix Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv);  // (T|S, d_model)
+        Matrix joined(Q.rows, Q.cols);                                                // (T, d_model)
+        for (int h = 0; h < n_heads; h++) {
+            int first = h * d_k;  // head h owns columns first .. first + d_k - 1
+            Matrix O_h = attention(take_columns(Q, first, d_k), take_columns(K, first, d_k),
+                                   take_columns(V, first, d_k), mask, heads[h]);  // (T, d_k)
+            add_into_columns(O_h, first, joined);
+        }
+        return W_o.forward(joined);
+    }
+    // Adds into d_xq (T, d_model) and d_xkv (S, d_model). For self-attention the caller passes
+    // the same matrix twice: x feeds the queries and the keys and values, and both paths add up.
+    void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
+        Matrix d_joined = W_o.backward(d_out);  // forward: return W_o.forward(joined)
+        int T = d_joined.rows, S = heads[0].K.rows;
+        Matrix dQ(T, n_heads * d_k), dK(S, n_heads * d_k), dV(S, n_heads * d_k);
+        for (int h = 0; h < n_heads; h++) {
+            int first = h * d_k;
+            Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
+            // forward: O_h = attention(...); add_into_columns(O_h, first, joined)
+            attention_backward(take_columns(d_joined, first, d_k), heads[h], dQ_h, dK_h, dV_h);
+            // forward: take_columns(Q, first, d_k), and the same for K and V
+            add_into_columns(dQ_h, first, dQ);
+            add_into_columns(dK_h, first, dK);
+            add_into_columns(dV_h, first, dV);
+        }
+        // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
+        accumulate(d_xq, W_q.backward(dQ));
+        accumulate(d_xkv, W_k.backward(dK));
+        accumulate(d_xkv, W_v.backward(dV));
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model).
+// var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
+// ---------------------------------------------------------------------------------------------
+struct LayerNorm {
+    static constexpr double eps = 1e-5;
+    Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
+    Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
+    std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
+
+    LayerNorm() = default;
+    explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
+
+    Matrix forward(const Matrix& x) {
+        int n = x.rows, d = x.cols;
+        x_hat = Matrix(n, d);
+        rstd.assign(n, 0.0);
+        Matrix y(n, d);
+        for (int i = 0; i < n; i++) {
+            double mean = 0.0, var = 0.0;
+            for (int j = 0; j < d; j++) mean += x.at(i, j) / d;
+            for (int j = 0; j < d; j++) var += (x.at(i, j) - mean) * (x.at(i, j) - mean) / d;
+            rstd[i] = 1.0 / std::sqrt(var + eps);
+            for (int j = 0; j < d; j++) {
+                x_hat.at(i, j) = (x.at(i, j) - mean) * rstd[i];
+                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j) + beta.value.at(0, j);
+            }
+        }
+        return y;
+    }
+    // forward: y = gamma * x_hat + beta    so   d_gamma += dy * x_hat,  d_beta += dy,
+    //                                           d_x_hat = dy * gamma
+    // forward: x_hat = (x - mean) * rstd, where mean and rstd depend on every x of the row, so
+    //          dx = rstd * (d_x_hat  -  mean(d_x_hat)  -  x_hat * mean(d_x_hat * x_hat))
+    //               term 1: direct path   term 2: through mean   term 3: through the variance
+    Matrix backward(const Matrix& dy) {
+        int n = dy.rows, d = dy.cols;
+        Matrix dx(n, d), d_x_hat(n, d);
+        for (int i = 0; i < n; i++) {
+            double mean_d = 0.0, mean_d_xhat = 0.0;
+            for (int j = 0; j < d; j++) {
+                gamma.grad.at(0, j) += dy.at(i, j) * x_hat.at(i, j);
+                beta.grad.at(0, j) += dy.at(i, j);
+                d_x_hat.at(i, j) = dy.at(i, j) * gamma.value.at(0, j);
+                mean_d += d_x_hat.at(i, j) / d;
+                mean_d_xhat += d_x_hat.at(i, j) * x_hat.at(i, j) / d;
+            }
+            for (int j = 0; j < d; j++)
+                dx.at(i, j) += rstd[i] * (d_x_hat.at(i, j) - mean_d - x_hat.at(i, j) * mean_d_xhat);
+        }
+        return dx;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
+//   x, y (n, d_model), hidden (n, d_ff). act is ReLU, or GELU for the exercise.
+// ---------------------------------------------------------------------------------------------
+struct FeedForward {
+    Linear layer1, layer2;  // (d_model -> d_ff), (d_ff -> d_model), both with bias
+    Activation activation = Activation::relu;
+    Matrix hidden;          // saved (n, d_ff): the activation's input
+
+    FeedForward() = default;
+    FeedForward(const ModelConfig& c, Rng& rng)
+        : layer1(c.d_model, c.d_ff, true, rng), layer2(c.d_ff, c.d_model, true, rng),
+          activation(c.activation) {}
+
+    Matrix forward(const Matrix& x) {
+        hidden = layer1.forward(x);
+        return layer2.forward(activation == Activation::relu ? relu(hidden) : gelu(hidden));
+    }
+    Matrix backward(const Matrix& dy) {
+        Matrix d_act = layer2.backward(dy);  // forward: layer2.forward(act(hidden))
+        Matrix d_hidden(hidden.rows, hidden.cols);
+        if (activation == Activation::relu)  // forward: act(hidden)
+            relu_backward(d_act, hidden, d_hidden);
+        else
+            gelu_backward(d_act, hidden, d_hidden);
+        return layer1.backward(d_hidden);  // forward: hidden = layer1.forward(x)
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Sublayer: the residual connection and its LayerNorm around attention or feed-forward.
+//   pre-norm (default):  out = x + f(LN(x))     post-norm (the 2017 paper): out = LN(x + f(x))
+// A block calls input(x) to get what f reads, then output(x, f_out). backward mirrors both.
+// ---------------------------------------------------------------------------------------------
+struct Sublayer {
+    LayerNorm norm;
+    Norm where = Norm::pre;
+
+    Sublayer() = default;
+    Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm) {}
+
+    Matrix input(const Matrix& x) { return where == Norm::pre ? norm.forward(x) : x; }
+    Matrix output(const Matrix& x, const Matrix& f_out) {
+        Matrix sum = add(x, f_out);
+        return where == Norm::pre ? sum : norm.forward(sum);
+    }
+    // forward: output = sum (pre) or norm(sum) (post), sum = x + f_out. Returns d_sum, which is
+    // both the gradient for x along the residual path and the gradient for f_out.
+    Matrix output_backward(const Matrix& d_out) {
+        return where == Norm::pre ? d_out : norm.backward(d_out);
+    }
+    // forward: input = norm(x) (pre) or x (post). Returns the gradient for x along that path.
+    Matrix input_backward(const Matrix& d_input) {
+        return where == Norm::pre ? norm.backward(d_input) : d_input;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Encoder block: self-attention, then feed-forward, each inside a Sublayer.   x, out (S, d_model)
+// ---------------------------------------------------------------------------------------------
+struct EncoderBlock {
+    Sublayer attn_sub, ffn_sub;
+    MultiHeadAttention self_attn;
+    FeedForward ffn;
+
+    EncoderBlock() = default;
+    EncoderBlock(const ModelConfig& c, Rng& rng)
+        : attn_sub(c), ffn_sub(c), self_attn(c, rng), ffn(c, rng) {}
+
+    Matrix forward(const Matrix& x, const Matrix& src_mask) {
+        Matrix a = attn_sub.input(x);
+        Matrix x1 = attn_sub.output(x, self_attn.forward(a, a, src_mask));  // x + SelfAttn(LN(x))
+        return ffn_sub.output(x1, ffn.forward(ffn_sub.input(x1)));        // x1 + FFN(LN(x1))
+    }
+    Matrix backward(const Matrix& d_out) {
+        // forward: out = ffn_sub.output(x1, ffn.forward(ffn_sub.input(x1)))
+        Matrix d_sum2 = ffn_sub.output_backward(d_out);
+        Matrix dx1 = d_sum2;
+        accumulate(dx1, ffn_sub.input_backward(ffn.backward(d_sum2)));
+        // forward: x1 = attn_sub.output(x, self_attn.forward(a, a, src_mask)), a = attn_sub.input(x)
+        Matrix d_sum1 = attn_sub.output_backward(dx1);
+        Matrix da(d_sum1.rows, d_sum1.cols);
+        self_attn.backward(d_sum1, da, da);
+        Matrix dx = d_sum1;
+        accumulate(dx, attn_sub.input_backward(da));
+        return dx;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
+//   y, out (T, d_model), memory (S, d_model)
+// ---------------------------------------------------------------------------------------------
+struct DecoderBlock {
+    Sublayer self_sub, cross_sub, ffn_sub;
+    MultiHeadAttention self_attn, cross_attn;
+    FeedForward ffn;
+
+    DecoderBlock() = default;
+    DecoderBlock(const ModelConfig& c, Rng& rng)
+        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng), cross_attn(c, rng), ffn(c, rng) {}
+
+    Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask) {
+        Matrix a = self_sub.input(y);
+        Matrix y1 = self_sub.output(y, self_attn.forward(a, a, causal));                     // causal self
+        Matrix y2 = cross_sub.output(y1, cross_attn.forward(cross_sub.input(y1), memory, memory_mask));
+        return ffn_sub.output(y2, ffn.forward(ffn_sub.input(y2)));
+    }
+    // Returns dy and adds the memory's gradient into d_memory (S, d_model).
+    Matrix backward(const Matrix& d_out, Matrix& d_memory) {
+        // forward: out = ffn_sub.output(y2, ffn.forward(ffn_sub.input(y2)))
+        Matrix d_sum3 = ffn_sub.output_backward(d_out);
+        Matrix dy2 = d_sum3;
+        accumulate(dy2, ffn_sub.input_backward(ffn.backward(d_sum3)));
+        // forward: y2 = cross_sub.output(y1, cross_attn.forward(cross_sub.input(y1), memory, ...))
+        Matrix d_sum2 = cross_sub.output_backward(dy2);
+        Matrix d_cross_in(d_sum2.rows, d_sum2.cols);
+        cross_attn.backward(d_sum2, d_cross_in, d_memory);
+        Matrix dy1 = d_sum2;
+        accumulate(dy1, cross_sub.input_backward(d_cross_in));
+        // forward: y1 = self_sub.output(y, self_attn.forward(a, a, causal)), a = self_sub.input(y)
+        Matrix d_sum1 = self_sub.output_backward(dy1);
+        Matrix da(d_sum1.rows, d_sum1.cols);
+        self_attn.backward(d_sum1, da, da);
+        Matrix dy = d_sum1;
+        accumulate(dy, self_sub.input_backward(da));
+        return dy;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
+// input, run the decoder blocks against the memory; final LayerNorm; project to V logits.
+//   source (S tokens), target_in (T tokens), memory (S, d_model), logits (T, V)
+// ---------------------------------------------------------------------------------------------
+struct Transformer {
+    ModelConfig config;
+    Embedding embed;  // shared by source and target
+    std::vector<EncoderBlock> encoder;
+    std::vector<DecoderBlock> decoder;
+    LayerNorm final_norm;
+    Linear out;       // (d_model -> V), with bias
+
+    // saved by forward for backward
+    std::vector<int> source, target_in;
+    Matrix src_mask;  // (S, S) encoder self-attention: no query looks at a PAD source position
+    Matrix mem_mask;  // (T, S) cross-attention: the same rule for decoder queries
+
+    Transformer() = default;
+    Transformer(const ModelConfig& c, uint64_t seed) : config(c) {
+        Rng rng(seed);
+        embed = Embedding(c, rng);
+        for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
+        for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
+        final_norm = LayerNorm(c.d_model);
+        out = Linear(c.d_model, c.vocab, true, rng);
+    }
+
+    Matrix encode(const std::vector<int>& src) {  // -> memory (S, d_model)
+        source = src;
+        src_mask = padding_mask(int(src.size()), src);
+        Matrix x = embed.forward(src);
+        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask);
+        return x;
+    }
+    Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory) {  // -> logits (T, V)
+        target_in = tgt_in;
+        int T = int(tgt_in.size());
+        mem_mask = padding_mask(T, source);
+        Matrix causal = causal_mask(T);
+        Matrix y = embed.forward(tgt_in);
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, mem_mask);
+        return out.forward(final_norm.forward(y));
+    }
+    Matrix forward(const std::vector<int>& src, const std::vector<int>& tgt_in) {
+        return decode(tgt_in, encode(src));
+    }
+
+    // Undo forward(), last step first. Adds into every parameter's grad.
+    void backward(const Matrix& d_logits) {
+        // forward: logits = out.forward(final_norm.forward(y))
+        Matrix dy = final_norm.backward(out.backward(d_logits));
+        // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
+        Matrix d_memory(int(source.size()), config.d_model);
+        for (int i = int(decoder.size()) - 1; i >= 0; i--) dy = decoder[i].backward(dy, d_memory);
+        embed.backward(target_in, dy);  // forward: y = embed.forward(tgt_in)
+        // forward: x = block.forward(x, src_mask) for each encoder block; memory = x
+        Matrix dx = d_memory;
+        for (int i = int(encoder.size()) - 1; i >= 0; i--) dx = encoder[i].backward(dx);
+        embed.backward(source, dx);     // forward: x = embed.forward(src)
+    }
+
+    // Every learned tensor with a name, in a fixed order (the checkpoint's order too).
+    std::vector<std::pair<std::string, Param*>> parameters() {
+        std::vector<std::pair<std::string, Param*>> p;
+        p.push_back({"embed.table", &embed.table});
+        if (config.positions == Positions::learned) p.push_back({"embed.positions", &embed.learned});
+        auto attention = [&](const std::string& name, MultiHeadAttention& m) {
+            p.push_back({name + ".W_q", &m.W_q.W});
+            p.push_back({name + ".W_k", &m.W_k.W});
+            p.push_back({name + ".W_v", &m.W_v.W});
+            p.push_back({name + ".W_o", &m.W_o.W});
+        };
+        auto norm = [&](const std::string& name, LayerNorm& n) {
+            p.push_back({name + ".gamma", &n.gamma});
+            p.push_back({name + ".beta", &n.beta});
+        };
+        auto ffn = [&](const std::string& name, FeedForward& f) {
+            p.push_back({name + ".W_1", &f.layer1.W});
+            p.push_back({name + ".b_1", &f.layer1.b});
+            p.push_back({name + ".W_2", &f.layer2.W});
+            p.push_back({name + ".b_2", &f.layer2.b});
+        };
+        for (std::size_t i = 0; i < encoder.size(); i++) {
+            std::string b = "encoder." + std::to_string(i);
+            norm(b + ".norm1", encoder[i].attn_sub.norm);
+            attention(b + ".self_attn", encoder[i].self_attn);
+            norm(b + ".norm2", encoder[i].ffn_sub.norm);
+            ffn(b + ".ffn", encoder[i].ffn);
+        }
+        for (std::size_t i = 0; i < decoder.size(); i++) {
+            std::string b = "decoder." + std::to_string(i);
+            norm(b + ".norm1", decoder[i].self_sub.norm);
+            attention(b + ".self_attn", decoder[i].self_attn);
+            norm(b + ".norm2", decoder[i].cross_sub.norm);
+            attention(b + ".cross_attn", decoder[i].cross_attn);
+            norm(b + ".norm3", decoder[i].ffn_sub.norm);
+            ffn(b + ".ffn", decoder[i].ffn);
+        }
+        norm("final_norm", final_norm);
+        p.push_back({"out.W", &out.W});
+        p.push_back({"out.b", &out.b});
+        return p;
+    }
+    void zero_grad() {
+        for (auto& [name, param] : parameters()) param->grad.zero();
+    }
+};

@@ -1,0 +1,178 @@
+// train.hpp -- data, loss, SGD and greedy decoding for the digit sorter.
+//
+// Read after model.hpp. An example is a source sequence of digits and the target the task asks
+// for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
+// by the true target shifted right by one, and at every position predicts the next true token.
+// At test time there is no true target to read, so greedy decoding feeds back its own argmax.
+//
+// Legend: T target length, S source length (both seq_len here), V vocabulary size.
+#pragma once
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "model.hpp"
+
+enum class Task { sort, copy, reverse };
+
+struct DataConfig {
+    Task task = Task::sort;
+    int seq_len = 5;    // S = T: every source and target is padded with PAD to this length
+    int min_len = 5;    // shortest source; below seq_len, sources have varying lengths
+    int max_digit = 9;  // digits are 1 .. max_digit, so V = max_digit + 2 (PAD and START)
+};
+
+inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
+
+struct Example {
+    std::vector<int> source;     // (S) digits, then PAD
+    std::vector<int> target_in;  // (T) START, target[0 .. T-2]: what the decoder reads
+    std::vector<int> target;     // (T) what the decoder must predict, then PAD
+};
+
+// The digits of a source become an example: the target is the task applied to the digits,
+// padded with PAD. PAD doubles as "end of output", so a variable-length model learns to stop.
+inline Example make_example(const std::vector<int>& digits, const DataConfig& d) {
+    std::vector<int> answer = digits;
+    if (d.task == Task::sort) std::sort(answer.begin(), answer.end());
+    if (d.task == Task::reverse) std::reverse(answer.begin(), answer.end());
+    Example e;
+    e.source = digits;
+    e.source.resize(d.seq_len, PAD);
+    e.target = answer;
+    e.target.resize(d.seq_len, PAD);
+    e.target_in = {d.max_digit + 1};  // START = V - 1
+    e.target_in.insert(e.target_in.end(), e.target.begin(), e.target.end() - 1);
+    return e;
+}
+
+inline std::vector<int> random_digits(Rng& rng, const DataConfig& d) {
+    int len = d.min_len + rng.below(d.seq_len - d.min_len + 1);
+    std::vector<int> digits(len);
+    for (int& x : digits) x = 1 + rng.below(d.max_digit);
+    return digits;
+}
+
+// How many different sources exist (sum over lengths of max_digit^len), capped at 10^12.
+inline double count_sources(const DataConfig& d) {
+    double total = 0.0;
+    for (int len = d.min_len; len <= d.seq_len && total < 1e12; len++)
+        total += std::min(1e12, std::pow(double(d.max_digit), len));
+    return std::min(total, 1e12);
+}
+
+// The data: a held-out set that training never sees, and a sampler of training examples.
+// Disjoint by construction: the held-out sources are drawn first (distinct, from their own seed)
+// and kept in a set; the training sampler throws away any draw found in that set.
+struct Dataset {
+    DataConfig config;
+    std::set<std::vector<int>> held_out_sources;
+    std::vector<Example> held_out;
+    std::vector<std::vector<int>> train_pool;  // when not empty, training draws only from these
+
+    // held_out_size is capped at half of all possible sources, so training keeps the other half.
+    Dataset(const DataConfig& d, int held_out_size, uint64_t eval_seed,
+            std::vector<std::vector<int>> pool = {})
+        : config(d), train_pool(std::move(pool)) {
+        std::set<std::vector<int>> in_pool(train_pool.begin(), train_pool.end());
+        double room = count_sources(d) - double(in_pool.size());
+        int n = int(std::min(double(held_out_size), std::floor(room / 2)));
+        Rng rng(eval_seed);
+        while (int(held_out.size()) < n) {
+            std::vector<int> digits = random_digits(rng, d);
+            if (in_pool.count(digits) || !held_out_sources.insert(digits).second) continue;
+            held_out.push_back(make_example(digits, d));
+        }
+    }
+    Example sample(Rng& rng) const {
+        if (!train_pool.empty()) return make_example(train_pool[rng.below(int(train_pool.size()))], config);
+        for (;;) {
+            std::vector<int> digits = random_digits(rng, config);
+            if (!held_out_sources.count(digits)) return make_example(digits, config);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Softmax cross-entropy over each row of logits (T, V), with its gradient beside it.
+//   loss = -(1/T) sum_t log p_t[target_t],   p_t = softmax(logits[t])
+//   dL/dlogits[t] = (p_t - one_hot(target_t)) / T
+// weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
+// ---------------------------------------------------------------------------------------------
+inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
+                            Matrix& d_logits) {
+    Matrix p = softmax_rows(logits);
+    int T = logits.rows;
+    double loss = 0.0;
+    for (int t = 0; t < T; t++) {
+        loss -= std::log(p.at(t, target[t])) / T;
+        for (int v = 0; v < logits.cols; v++)
+            d_logits.at(t, v) += weight * (p.at(t, v) - (v == target[t] ? 1.0 : 0.0)) / T;
+    }
+    return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One step of stochastic gradient descent on a mini-batch: zero every grad, add up the gradient
+// of the mean loss example by example, then move every parameter against its gradient.
+// ---------------------------------------------------------------------------------------------
+inline void sgd_update(Transformer& model, double lr) {
+    for (auto& [name, param] : model.parameters())
+        for (std::size_t i = 0; i < param->value.data.size(); i++)
+            param->value.data[i] -= lr * param->grad.data[i];
+}
+
+inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr) {
+    model.zero_grad();
+    double loss = 0.0, weight = 1.0 / double(batch.size());
+    for (const Example& e : batch) {
+        Matrix logits = model.forward(e.source, e.target_in);  // (T, V)
+        Matrix d_logits(logits.rows, logits.cols);
+        loss += weight * cross_entropy(logits, e.target, weight, d_logits);
+        model.backward(d_logits);
+    }
+    sgd_update(model, lr);
+    return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Greedy decoding: encode the source once, then grow the output one token at a time, each time
+// appending the argmax of the last position's logits. The decoder input starts with the same
+// START token that teacher forcing used in training.
+// ---------------------------------------------------------------------------------------------
+inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
+    Matrix memory = model.encode(source);
+    std::vector<int> decoded = {start_token(model.config)};
+    for (int step = 0; step < length; step++) {
+        Matrix logits = model.decode(decoded, memory);  // (step + 1, V); only the last row is new
+        int last = logits.rows - 1, best = 0;
+        for (int v = 1; v < logits.cols; v++)
+            if (logits.at(last, v) > logits.at(last, best)) best = v;
+        decoded.push_back(best);
+    }
+    return std::vector<int>(decoded.begin() + 1, decoded.end());
+}
+
+struct Accuracy {
+    double token = 0.0;  // share of output positions right
+    double exact = 0.0;  // share of sequences right at every position
+    int exact_count = 0, total = 0;
+};
+
+inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples) {
+    Accuracy a;
+    long right_tokens = 0, all_tokens = 0;
+    for (const Example& e : examples) {
+        std::vector<int> guess = greedy_decode(model, e.source, int(e.target.size()));
+        int right = 0;
+        for (std::size_t t = 0; t < guess.size(); t++) right += guess[t] == e.target[t];
+        right_tokens += right;
+        all_tokens += long(guess.size());
+        a.exact_count += right == int(guess.size());
+    }
+    a.total = int(examples.size());
+    a.token = all_tokens ? double(right_tokens) / double(all_tokens) : 0.0;
+    a.exact = a.total ? double(a.exact_count) / a.total : 0.0;
+    return a;
+}
