@@ -1,0 +1,554 @@
+// tests.cpp -- the lab notebook: every backward checked against finite differences, then the
+// behaviour of the model measured with real numbers.
+//
+// Sections follow the tutorial: the gradient-check helper, then matrix.hpp, model.hpp and
+// train.hpp, each with its gradient checks first and its behaviour tests after. Every TEST_CASE
+// opens with a comment saying what it checks and why. Each gradient check prints one line per
+// tensor (block, tensor, entries compared, worst relative error), so a run reads like a table.
+// `make test` runs everything; any failed CHECK makes the binary exit non-zero.
+//
+// Legend as in the headers: T target length, S source length, d_model token width, n_heads heads,
+// d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train.hpp"
+
+// =============================================================================================
+// The gradient check
+// =============================================================================================
+//
+// For a block with output out = f(inputs, parameters), pick a random upstream gradient G of
+// out's shape and define the scalar
+//     L = sum_ij out[i][j] * G[i][j],
+// so that dL/d(out) = G exactly. The analytic gradient is what backward(G) returns (inputs) or
+// adds into Param::grad (parameters). The numerical gradient of one entry x is the central
+// difference
+//     (L(x + h) - L(x - h)) / 2h,
+// and we compare the two for EVERY entry of every tensor, with the relative error
+//     |a - n| / max(|a| + |n|, FLOOR).
+//
+// Choosing h and the tolerance. The central difference has two errors:
+//   truncation  ~ h^2 |f'''| / 6          (smaller h is better)
+//   round-off   ~ eps |L| / h, eps = 2.2e-16  (the two L's agree in most digits; larger h is better)
+// With h = 1e-5 both are about 1e-11 for the O(1) values here, so for gradients of size 1e-3 and
+// up the relative error is below about 1e-8. We demand 1e-6, a hundred times looser than that
+// estimate, yet far tighter than any real bug produces: a wrong sign, a missing term or a wrong
+// scale gives errors of 1e-2 to 1. FLOOR = 1e-8 only keeps exact zeros (a masked score, a PAD
+// row) from dividing 0 by 0.
+constexpr double H = 1e-5;
+constexpr double FLOOR = 1e-8;
+constexpr double TOLERANCE = 1e-6;
+
+// One tensor the check perturbs: where its values live and where its analytic gradient lands.
+struct Tensor {
+    std::string name;
+    Matrix* value;
+    Matrix* grad;
+};
+Tensor tensor(const std::string& name, Param& p) { return {name, &p.value, &p.grad}; }
+Tensor tensor(const std::string& name, Matrix& value, Matrix& grad) { return {name, &value, &grad}; }
+
+using ParamList = std::vector<std::pair<std::string, Param*>>;  // the shape of parameters()
+
+// Every parameter of a list as a Tensor, skipping empty ones (a Linear without bias).
+std::vector<Tensor> tensors_of(const ParamList& params) {
+    std::vector<Tensor> t;
+    for (const auto& [name, p] : params)
+        if (!p->value.empty()) t.push_back(tensor(name, *p));
+    return t;
+}
+
+Matrix random_matrix(int rows, int cols, Rng& rng, double lo = -1.0, double hi = 1.0) {
+    Matrix m(rows, cols);
+    for (double& v : m.data) v = rng.uniform(lo, hi);
+    return m;
+}
+
+// Move every parameter away from its initial value (gamma = 1, beta = 0, biases = 0), so the
+// check is not made at a special point where some terms vanish.
+void jitter(const ParamList& params, Rng& rng, double amount = 0.3) {
+    for (const auto& [name, p] : params)
+        for (double& v : p->value.data) v += rng.uniform(-amount, amount);
+}
+
+double sum_of_products(const Matrix& A, const Matrix& B) {  // sum_ij A[i][j] B[i][j]
+    REQUIRE(A.rows == B.rows);
+    REQUIRE(A.cols == B.cols);
+    double s = 0.0;
+    for (std::size_t i = 0; i < A.data.size(); i++) s += A.data[i] * B.data[i];
+    return s;
+}
+
+// The helper. loss() evaluates L at the current values; analytic() runs forward, then backward,
+// writing or adding every gradient into the tensors' grad matrices, which we zero first
+// (parameter grads accumulate with +=). loss() runs forward again after each nudge, so whatever
+// forward saved always belongs to the values in place.
+void check_gradients(const std::string& check, const std::vector<Tensor>& tensors,
+                     const std::function<double()>& loss, const std::function<void()>& analytic,
+                     double tolerance = TOLERANCE) {
+    REQUIRE(!tensors.empty());
+    for (const Tensor& t : tensors) t.grad->zero();
+    analytic();
+    for (const Tensor& t : tensors) {
+        REQUIRE(t.grad->data.size() == t.value->data.size());
+        const Matrix a = *t.grad;  // the analytic gradient, kept before any more forward passes
+        double worst = 0.0, largest = 0.0;
+        std::size_t compared = 0;
+        for (std::size_t i = 0; i < t.value->data.size(); i++) {
+            double& x = t.value->data[i];
+            const double saved = x, up = saved + H, down = saved - H;
+            x = up;
+            double L_up = loss();
+            x = down;
+            double L_down = loss();
+            x = saved;
+            // Divide by the step actually taken: up - down is 2h up to the rounding of x +- h.
+            double n = (L_up - L_down) / (up - down);
+            double err = std::fabs(a.data[i] - n) / std::max(std::fabs(a.data[i]) + std::fabs(n), FLOOR);
+            worst = std::max(worst, err);
+            largest = std::max(largest, std::fabs(a.data[i]));
+            compared++;
+        }
+        std::printf("  %-28s %-30s %5zu entries   worst rel. error %.1e\n", check.c_str(), t.name.c_str(),
+                    compared, worst);
+        INFO(check, " / ", t.name, ": worst relative error ", worst, ", largest |gradient| ", largest);
+        CHECK(compared > 0);   // something was compared ...
+        CHECK(largest > 0.0);  // ... and the analytic gradient is not all zeros
+        CHECK(worst <= tolerance);
+    }
+}
+
+// For a block: out = forward(), L = sum(out * G) with a random G, backward(G) fills the grads.
+void check_block(const std::string& check, const std::vector<Tensor>& tensors,
+                 const std::function<Matrix()>& forward, const std::function<void(const Matrix&)>& backward,
+                 uint64_t seed = 99) {
+    Rng rng(seed);
+    Matrix out = forward();
+    Matrix G = random_matrix(out.rows, out.cols, rng);  // the upstream gradient dL/d(out)
+    check_gradients(
+        check, tensors, [&] { return sum_of_products(forward(), G); },
+        [&] {
+            forward();
+            backward(G);
+        });
+}
+
+// =============================================================================================
+// matrix.hpp
+// =============================================================================================
+
+// C = A B: both factors get a gradient (dA = dC B^T, dB = A^T dC). Non-square shapes catch a
+// transposed index.
+TEST_CASE("gradient: matmul") {
+    Rng rng(1);
+    Matrix A = random_matrix(3, 4, rng), B = random_matrix(4, 5, rng), dA(3, 4), dB(4, 5);
+    check_block(
+        "matmul", {tensor("A", A, dA), tensor("B", B, dB)}, [&] { return matmul(A, B); },
+        [&](const Matrix& G) { matmul_backward(G, A, B, dA, dB); });
+}
+
+// B = A^T: the gradient is the upstream gradient transposed back.
+TEST_CASE("gradient: transpose") {
+    Rng rng(2);
+    Matrix A = random_matrix(3, 5, rng), dA(3, 5);
+    check_block(
+        "transpose", {tensor("A", A, dA)}, [&] { return transpose(A); },
+        [&](const Matrix& G) { transpose_backward(G, dA); });
+}
+
+// C = A + B, the residual connection: both terms receive the whole upstream gradient.
+TEST_CASE("gradient: add") {
+    Rng rng(3);
+    Matrix A = random_matrix(3, 4, rng), B = random_matrix(3, 4, rng), dA(3, 4), dB(3, 4);
+    check_block(
+        "add", {tensor("A", A, dA), tensor("B", B, dB)}, [&] { return add(A, B); },
+        [&](const Matrix& G) { add_backward(G, dA, dB); });
+}
+
+// Y = X + b with b added to every row: b's gradient is the column sums of G.
+TEST_CASE("gradient: add_row") {
+    Rng rng(4);
+    Matrix X = random_matrix(4, 5, rng), b = random_matrix(1, 5, rng), dX(4, 5), db(1, 5);
+    check_block(
+        "add_row", {tensor("X", X, dX), tensor("b", b, db)}, [&] { return add_row(X, b); },
+        [&](const Matrix& G) { add_row_backward(G, dX, db); });
+}
+
+// Y = s X: the gradient is scaled by the same s.
+TEST_CASE("gradient: scale") {
+    Rng rng(5);
+    const double s = 0.37;
+    Matrix X = random_matrix(3, 4, rng), dX(3, 4);
+    check_block(
+        "scale", {tensor("X", X, dX)}, [&] { return scale(X, s); },
+        [&](const Matrix& G) { scale_backward(G, s, dX); });
+}
+
+// Row-wise softmax: the Jacobian-vector product P * (dP - sum_j dP_j P_j). Scores up to +-3 give
+// rows that are neither flat nor one-hot.
+TEST_CASE("gradient: softmax_rows") {
+    Rng rng(6);
+    Matrix S = random_matrix(3, 5, rng, -3.0, 3.0), dS(3, 5), P;
+    check_block(
+        "softmax_rows", {tensor("S", S, dS)}, [&] { return P = softmax_rows(S); },
+        [&](const Matrix& G) { softmax_rows_backward(G, P, dS); });
+}
+
+// ReLU passes the gradient where the input is positive. The inputs are kept at least 0.05 from
+// the kink at 0, where a difference of +-h would straddle two slopes and mean nothing.
+TEST_CASE("gradient: relu") {
+    Rng rng(7);
+    Matrix X = random_matrix(4, 5, rng), dX(4, 5);
+    for (double& v : X.data)
+        if (std::fabs(v) < 0.05) v = v < 0 ? -0.05 : 0.05;
+    check_block(
+        "relu", {tensor("X", X, dX)}, [&] { return relu(X); },
+        [&](const Matrix& G) { relu_backward(G, X, dX); });
+}
+
+// GELU x Phi(x): the product rule gives Phi(x) + x phi(x). Inputs over [-3, 3] cover both tails.
+TEST_CASE("gradient: gelu") {
+    Rng rng(8);
+    Matrix X = random_matrix(4, 5, rng, -3.0, 3.0), dX(4, 5);
+    check_block(
+        "gelu", {tensor("X", X, dX)}, [&] { return gelu(X); },
+        [&](const Matrix& G) { gelu_backward(G, X, dX); });
+}
+
+// take_columns cuts one head's slice out; add_into_columns puts its gradient back in place, and
+// the columns not taken get exactly nothing.
+TEST_CASE("gradient: take_columns / add_into_columns") {
+    Rng rng(9);
+    Matrix X = random_matrix(3, 6, rng), dX(3, 6);
+    check_block(
+        "take_columns(2, 3)", {tensor("X", X, dX)}, [&] { return take_columns(X, 2, 3); },
+        [&](const Matrix& G) { add_into_columns(G, 2, dX); });
+    for (int i = 0; i < 3; i++)
+        for (int j : {0, 1, 5}) CHECK(dX.at(i, j) == 0.0);
+}
+
+// Softmax must not overflow: a logit of 1000 would make exp() infinite without the row max
+// subtracted. Known values: softmax(1000, 999, -1000) = (1 / (1 + e^-1), e^-1 / (1 + e^-1), ~e^-2000),
+// and e^-2000 is below the smallest double, so it is exactly 0. softmax(1, 2, 3) from a calculator.
+TEST_CASE("softmax rows sum to 1 and stay finite for large logits") {
+    Matrix S(2, 3);
+    S.data = {1000.0, 999.0, -1000.0, 1.0, 2.0, 3.0};
+    Matrix P = softmax_rows(S);
+    for (double p : P.data) CHECK(std::isfinite(p));
+    CHECK(P.at(0, 0) == doctest::Approx(0.7310585786300049).epsilon(1e-14));
+    CHECK(P.at(0, 1) == doctest::Approx(0.2689414213699951).epsilon(1e-14));
+    CHECK(P.at(0, 2) == 0.0);
+    CHECK(P.at(1, 0) == doctest::Approx(0.09003057317038046).epsilon(1e-14));
+    CHECK(P.at(1, 1) == doctest::Approx(0.24472847105479767).epsilon(1e-14));
+    CHECK(P.at(1, 2) == doctest::Approx(0.6652409557748219).epsilon(1e-14));
+
+    // Every row sums to 1, here and for random rows with scores up to +-50.
+    Rng rng(10);
+    Matrix Q = softmax_rows(random_matrix(6, 7, rng, -50.0, 50.0));
+    for (const Matrix* M : {&P, &Q})
+        for (int i = 0; i < M->rows; i++) {
+            double sum = 0.0;
+            for (int j = 0; j < M->cols; j++) sum += M->at(i, j);
+            CHECK(std::fabs(sum - 1.0) <= 1e-12);
+        }
+}
+
+// =============================================================================================
+// model.hpp
+// =============================================================================================
+
+// A small model shape for the block checks: d_model 8 in 2 heads of d_k 4, d_ff 12, V 7.
+ModelConfig small_config() {
+    ModelConfig c;
+    c.vocab = 7;  // PAD 0, digits 1..5, START 6
+    c.max_len = 6;
+    c.d_model = 8;
+    c.n_heads = 2;
+    c.d_ff = 12;
+    return c;
+}
+
+// The parameters of each block, named like Transformer::parameters() names them.
+ParamList params_of(const std::string& name, LayerNorm& n) {
+    return {{name + ".gamma", &n.gamma}, {name + ".beta", &n.beta}};
+}
+ParamList params_of(const std::string& name, MultiHeadAttention& m) {
+    return {{name + ".W_q", &m.W_q.W}, {name + ".W_k", &m.W_k.W}, {name + ".W_v", &m.W_v.W},
+            {name + ".W_o", &m.W_o.W}};
+}
+ParamList params_of(const std::string& name, FeedForward& f) {
+    return {{name + ".W_1", &f.layer1.W}, {name + ".b_1", &f.layer1.b}, {name + ".W_2", &f.layer2.W},
+            {name + ".b_2", &f.layer2.b}};
+}
+ParamList joined(std::vector<ParamList> lists) {
+    ParamList all;
+    for (const ParamList& l : lists) all.insert(all.end(), l.begin(), l.end());
+    return all;
+}
+ParamList params_of(EncoderBlock& b) {
+    return joined({params_of("norm1", b.attn_sub.norm), params_of("self_attn", b.self_attn),
+                   params_of("norm2", b.ffn_sub.norm), params_of("ffn", b.ffn)});
+}
+ParamList params_of(DecoderBlock& b) {
+    return joined({params_of("norm1", b.self_sub.norm), params_of("self_attn", b.self_attn),
+                   params_of("norm2", b.cross_sub.norm), params_of("cross_attn", b.cross_attn),
+                   params_of("norm3", b.ffn_sub.norm), params_of("ffn", b.ffn)});
+}
+std::vector<Tensor> with(std::vector<Tensor> first, const std::vector<Tensor>& more) {
+    first.insert(first.end(), more.begin(), more.end());
+    return first;
+}
+
+// A source of S = 5 tokens whose last two are PAD, for the padding masks.
+const std::vector<int> padded_source = {4, 2, 5, PAD, PAD};
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+// ---------------------------------------------------------------------------------------------
+
+// y = x W + b: dx = dy W^T, dW = x^T dy, db = column sums of dy. Also without bias, the form
+// W_q W_k W_v W_o use. The bias is jittered away from its initial 0.
+TEST_CASE("gradient: Linear with and without bias") {
+    for (bool bias : {true, false}) {
+        Rng rng(20);
+        Linear lin(5, 4, bias, rng);
+        jitter({{"b", &lin.b}}, rng);
+        Matrix x = random_matrix(3, 5, rng), dx(3, 5);
+        std::vector<Tensor> params = tensors_of({{"W", &lin.W}, {"b", &lin.b}});
+        CHECK(params.size() == (bias ? 2u : 1u));
+        check_block(
+            bias ? "Linear (bias)" : "Linear (no bias)", with({tensor("x", x, dx)}, params),
+            [&] { return lin.forward(x); }, [&](const Matrix& G) { dx = lin.backward(G); });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding and positions
+// ---------------------------------------------------------------------------------------------
+
+// PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(the same angle).
+// With d_model = 16 the frequencies at 2i = 4, 8, 12 are 1/10, 1/100, 1/1000, so the angles are
+// easy by hand; at 2i = 2 it is 1/sqrt(10) = 0.31622776601683794.
+TEST_CASE("positional encoding matches the formula at known points") {
+    Matrix pe = sinusoidal_table(6, 16);
+    REQUIRE(pe.rows == 6);
+    REQUIRE(pe.cols == 16);
+    for (int c = 0; c < 16; c += 2) {
+        CHECK(pe.at(0, c) == 0.0);      // sin(0)
+        CHECK(pe.at(0, c + 1) == 1.0);  // cos(0)
+    }
+    const double eps = 1e-15;
+    CHECK(pe.at(1, 0) == doctest::Approx(0.8414709848078965).epsilon(eps));   // sin(1)
+    CHECK(pe.at(1, 1) == doctest::Approx(0.5403023058681398).epsilon(eps));   // cos(1)
+    CHECK(pe.at(2, 2) == doctest::Approx(0.5911271172152932).epsilon(eps));   // sin(2 / sqrt(10))
+    CHECK(pe.at(3, 4) == doctest::Approx(0.29552020666133955).epsilon(eps));  // sin(3 / 10)
+    CHECK(pe.at(3, 5) == doctest::Approx(0.955336489125606).epsilon(eps));    // cos(3 / 10)
+    CHECK(pe.at(5, 8) == doctest::Approx(0.04997916927067833).epsilon(eps));  // sin(5 / 100)
+    CHECK(pe.at(4, 13) == doctest::Approx(0.9999920000106667).epsilon(eps));   // cos(4 / 1000)
+}
+
+// X[t] = table[token_t] * scale + P[t]. The tokens repeat (3 and 1 twice), so the table's
+// scatter-add must add two rows' gradients into one. Checked with the fixed sinusoidal table,
+// with learned positions (a gradient for the position table too), and without the sqrt(d_model)
+// scale. Rows of tokens not used (0, 2, 4) rightly get no gradient.
+TEST_CASE("gradient: Embedding + positions") {
+    const std::vector<int> tokens = {3, 1, 3, 6, 1};
+    struct Variant {
+        const char* name;
+        Positions positions;
+        bool embed_scale;
+    };
+    for (Variant v : {Variant{"Embedding (sinusoidal)", Positions::sinusoidal, true},
+                      Variant{"Embedding (learned pos.)", Positions::learned, true},
+                      Variant{"Embedding (no scale)", Positions::sinusoidal, false}}) {
+        ModelConfig c = small_config();
+        c.positions = v.positions;
+        c.embed_scale = v.embed_scale;
+        Rng rng(21);
+        Embedding embed(c, rng);
+        CHECK(embed.scale == (v.embed_scale ? std::sqrt(8.0) : 1.0));
+        std::vector<Tensor> params = tensors_of({{"table", &embed.table}, {"positions", &embed.learned}});
+        CHECK(params.size() == (v.positions == Positions::learned ? 2u : 1u));
+        check_block(
+            v.name, params, [&] { return embed.forward(tokens); },
+            [&](const Matrix& G) { embed.backward(tokens, G); });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scaled dot-product attention
+// ---------------------------------------------------------------------------------------------
+
+// O = softmax(Q K^T / sqrt(d_k) + mask) V, gradients for Q, K and V. Without a mask and with a
+// padding mask the queries and keys differ in number (T = 3, S = 5), as in cross-attention; the
+// causal mask is square (T = S = 4). Masked scores are constants, so their gradient is exactly 0.
+TEST_CASE("gradient: attention, no mask / causal mask / padding mask") {
+    struct Variant {
+        const char* name;
+        int T, S;
+        Matrix mask;
+    };
+    for (const Variant& v : {Variant{"attention (no mask)", 3, 5, Matrix()},
+                             Variant{"attention (causal)", 4, 4, causal_mask(4)},
+                             Variant{"attention (padding)", 3, 5, padding_mask(3, padded_source)}}) {
+        Rng rng(22);
+        const int d_k = 4;
+        Matrix Q = random_matrix(v.T, d_k, rng), K = random_matrix(v.S, d_k, rng),
+               V = random_matrix(v.S, d_k, rng);
+        Matrix dQ(v.T, d_k), dK(v.S, d_k), dV(v.S, d_k);
+        AttentionCache cache;
+        check_block(
+            v.name, {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
+            [&] { return attention(Q, K, V, v.mask, cache); },
+            [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
+    }
+}
+
+// The causal mask in action: query t gets weight exactly 0.0 on every key after t (exp(-1e9 -
+// max) underflows to 0, no "approximately"), and each row of weights still sums to 1.
+TEST_CASE("causal mask: future positions get exactly zero weight, rows sum to 1") {
+    Rng rng(23);
+    const int T = 5;
+    AttentionCache cache;
+    attention(random_matrix(T, 4, rng, -3, 3), random_matrix(T, 4, rng, -3, 3), random_matrix(T, 4, rng),
+              causal_mask(T), cache);
+    int zeros = 0;
+    for (int i = 0; i < T; i++) {
+        double sum = 0.0;
+        for (int j = 0; j < T; j++) {
+            sum += cache.P.at(i, j);
+            if (j > i) {
+                CHECK(cache.P.at(i, j) == 0.0);
+                zeros++;
+            } else {
+                CHECK(cache.P.at(i, j) > 0.0);
+            }
+        }
+        CHECK(std::fabs(sum - 1.0) <= 1e-12);
+    }
+    CHECK(zeros == T * (T - 1) / 2);
+    CHECK(cache.P.at(0, 0) == 1.0);  // the first query can only look at itself
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-head attention
+// ---------------------------------------------------------------------------------------------
+
+// Multi-head attention w.r.t. its inputs and W_q W_k W_v W_o, three ways:
+//   self-attention:        x_q = x_kv = x, and backward gets the same gradient matrix twice,
+//                          as the blocks call it, so the query path and the key/value path add up;
+//   causal self-attention: the same with the causal mask;
+//   cross-attention:       T = 3 decoder queries against an S = 5 memory with two PAD rows.
+TEST_CASE("gradient: MultiHeadAttention, self / causal self / cross") {
+    ModelConfig c = small_config();
+    for (bool causal : {false, true}) {
+        Rng rng(24);
+        MultiHeadAttention mha(c, rng);
+        Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
+        Matrix mask = causal ? causal_mask(4) : Matrix();
+        check_block(
+            causal ? "MHA (causal self)" : "MHA (self)",
+            with({tensor("x", x, dx)}, tensors_of(params_of("mha", mha))),
+            [&] { return mha.forward(x, x, mask); }, [&](const Matrix& G) { mha.backward(G, dx, dx); });
+    }
+    Rng rng(25);
+    MultiHeadAttention mha(c, rng);
+    Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
+    Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
+    Matrix mask = padding_mask(3, padded_source);
+    check_block(
+        "MHA (cross)",
+        with({tensor("x_q", x, dx), tensor("memory", memory, d_memory)}, tensors_of(params_of("mha", mha))),
+        [&] { return mha.forward(x, memory, mask); }, [&](const Matrix& G) { mha.backward(G, dx, d_memory); });
+    // The PAD rows of the memory are never looked at, so they get exactly no gradient.
+    for (int c_ = 0; c_ < c.d_model; c_++) CHECK((d_memory.at(3, c_) == 0.0 && d_memory.at(4, c_) == 0.0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm and feed-forward
+// ---------------------------------------------------------------------------------------------
+
+// LayerNorm's three-term backward (direct, through the mean, through the variance), and gamma and
+// beta. gamma and beta are jittered away from 1 and 0; the rows get different offsets and spreads
+// so mean and variance matter.
+TEST_CASE("gradient: LayerNorm") {
+    Rng rng(26);
+    LayerNorm norm(8);
+    jitter(params_of("norm", norm), rng);
+    Matrix x = random_matrix(4, 8, rng), dx(4, 8);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) x.at(i, j) = x.at(i, j) * (i + 1) + i;
+    check_block(
+        "LayerNorm", with({tensor("x", x, dx)}, tensors_of(params_of("norm", norm))),
+        [&] { return norm.forward(x); }, [&](const Matrix& G) { dx = norm.backward(G); });
+}
+
+// y = act(x W_1 + b_1) W_2 + b_2 with ReLU and with GELU, every weight and bias. Biases jittered.
+TEST_CASE("gradient: FeedForward with ReLU and with GELU") {
+    for (Activation act : {Activation::relu, Activation::gelu}) {
+        ModelConfig c = small_config();
+        c.activation = act;
+        Rng rng(27);
+        FeedForward ffn(c, rng);
+        jitter(params_of("ffn", ffn), rng, 0.1);
+        Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
+        check_block(
+            act == Activation::relu ? "FeedForward (ReLU)" : "FeedForward (GELU)",
+            with({tensor("x", x, dx)}, tensors_of(params_of("ffn", ffn))), [&] { return ffn.forward(x); },
+            [&](const Matrix& G) { dx = ffn.backward(G); });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder and decoder blocks
+// ---------------------------------------------------------------------------------------------
+
+// An encoder block, pre-norm and post-norm: its input x (S = 5, with the padding mask of a
+// source ending in two PADs) and all 12 parameter tensors, jittered off their initial values.
+TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
+    for (Norm where : {Norm::pre, Norm::post}) {
+        ModelConfig c = small_config();
+        c.norm = where;
+        Rng rng(28);
+        EncoderBlock block(c, rng);
+        ParamList params = params_of(block);
+        CHECK(params.size() == 12);
+        jitter(params, rng, 0.1);
+        Matrix x = random_matrix(5, c.d_model, rng), dx(5, c.d_model);
+        Matrix mask = padding_mask(5, padded_source);
+        check_block(
+            where == Norm::pre ? "EncoderBlock (pre-norm)" : "EncoderBlock (post-norm)",
+            with({tensor("x", x, dx)}, tensors_of(params)), [&] { return block.forward(x, mask); },
+            [&](const Matrix& G) { dx = block.backward(G); });
+    }
+}
+
+// A decoder block, pre-norm and post-norm: its input y (T = 4, causal), the memory (S = 5, two
+// PAD rows masked) and all 18 parameter tensors.
+TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
+    for (Norm where : {Norm::pre, Norm::post}) {
+        ModelConfig c = small_config();
+        c.norm = where;
+        Rng rng(29);
+        DecoderBlock block(c, rng);
+        ParamList params = params_of(block);
+        CHECK(params.size() == 18);
+        jitter(params, rng, 0.1);
+        Matrix y = random_matrix(4, c.d_model, rng), dy(4, c.d_model);
+        Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
+        Matrix causal = causal_mask(4), mem_mask = padding_mask(4, padded_source);
+        check_block(
+            where == Norm::pre ? "DecoderBlock (pre-norm)" : "DecoderBlock (post-norm)",
+            with({tensor("y", y, dy), tensor("memory", memory, d_memory)}, tensors_of(params)),
+            [&] { return block.forward(y, memory, causal, mem_mask); },
+            [&](const Matrix& G) { dy = block.backward(G, d_memory); });
+    }
+}
