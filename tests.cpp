@@ -35,16 +35,21 @@
 // and we compare the two for EVERY entry of every tensor, with the relative error
 //     |a - n| / max(|a| + |n|, FLOOR).
 //
-// Choosing h and the tolerance. The central difference has two errors:
-//   truncation  ~ h^2 |f'''| / 6          (smaller h is better)
-//   round-off   ~ eps |L| / h, eps = 2.2e-16  (the two L's agree in most digits; larger h is better)
-// With h = 1e-5 both are about 1e-11 for the O(1) values here, so for gradients of size 1e-3 and
-// up the relative error is below about 1e-8. We demand 1e-6, a hundred times looser than that
-// estimate, yet far tighter than any real bug produces: a wrong sign, a missing term or a wrong
-// scale gives errors of 1e-2 to 1. FLOOR = 1e-8 only keeps exact zeros (a masked score, a PAD
-// row) from dividing 0 by 0.
-constexpr double H = 1e-5;
-constexpr double FLOOR = 1e-8;
+// Choosing h, the floor and the tolerance. The central difference makes two errors:
+//   truncation  ~ h^2 |f'''| / 6     the Taylor terms the formula drops; shrinks with h
+//   round-off   ~ eps |L| / h        L(x + h) and L(x - h) agree in most of their digits, and
+//                                    eps = 2.2e-16 of |L| is lost in each; grows as h shrinks
+// Their sum is smallest near h = (3 eps |L| / |f'''|)^(1/3), about 1e-5 to 3e-5 for the values
+// here (|L| of 1 to 6); we take h = 3e-5. What is left is an ABSOLUTE error of roughly 1e-11 to
+// 1e-10, whatever the size of the gradient entry. So a relative error says something only for
+// entries well above that: with FLOOR = 1e-4 an entry smaller than 1e-4 is held to an absolute
+// error of TOLERANCE * FLOOR = 1e-10 instead (a floor of 1e-8 would fail honest entries of size
+// 1e-6 on round-off alone), and exact zeros (a masked score, a PAD row) never divide 0 by 0.
+// TOLERANCE = 1e-6: the worst relative error measured over every check below is about 1.4e-7,
+// while a real bug (a wrong sign, a missing term, a wrong scale, a transposed index) gives
+// 1e-3 to 1.
+constexpr double H = 3e-5;
+constexpr double FLOOR = 1e-4;
 constexpr double TOLERANCE = 1e-6;
 
 // One tensor the check perturbs: where its values live and where its analytic gradient lands.
@@ -551,4 +556,184 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
             [&] { return block.forward(y, memory, causal, mem_mask); },
             [&](const Matrix& G) { dy = block.backward(G, d_memory); });
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Transformer and padding
+// ---------------------------------------------------------------------------------------------
+
+// PAD positions of the source are invisible. With a source ending in two PADs, every attention
+// weight on a PAD key is exactly 0.0, in every head of the encoder's self-attention and of the
+// decoder's cross-attention. Then, running Transformer::backward step by step with a random
+// gradient on the logits, the gradient reaching the PAD rows of the memory, and after the
+// encoder blocks the PAD rows of the embedded source, is exactly 0.0: the loss does not depend
+// on them at all. Two encoder and two decoder blocks, so it holds through a stack.
+TEST_CASE("padding: PAD source positions get zero attention and zero gradient") {
+    ModelConfig c = small_config();
+    c.enc_layers = c.dec_layers = 2;
+    Transformer model(c, 30);
+    const std::vector<int> target_in = {start_token(c), 1, 2, 2};
+    const int S = int(padded_source.size()), T = int(target_in.size());
+    Matrix logits = model.forward(padded_source, target_in);
+
+    int zero_weights = 0;
+    auto check_pad_columns = [&](MultiHeadAttention& m, int rows) {
+        for (const AttentionCache& head : m.heads) {
+            REQUIRE(head.P.rows == rows);
+            REQUIRE(head.P.cols == S);
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < S; j++)
+                    if (padded_source[j] == PAD) {
+                        CHECK(head.P.at(i, j) == 0.0);
+                        zero_weights++;
+                    } else {
+                        CHECK(head.P.at(i, j) > 0.0);
+                    }
+        }
+    };
+    for (EncoderBlock& b : model.encoder) check_pad_columns(b.self_attn, S);
+    for (DecoderBlock& b : model.decoder) check_pad_columns(b.cross_attn, T);
+    CHECK(zero_weights == 2 * c.n_heads * 2 * (S + T));  // 2 PAD keys, 2 heads, 2 + 2 blocks
+
+    // Transformer::backward, unrolled so we can look at the memory's and the source's gradients.
+    Rng rng(31);
+    Matrix d_logits = random_matrix(logits.rows, logits.cols, rng);
+    Matrix dy = model.final_norm.backward(model.out.backward(d_logits));
+    Matrix d_memory(S, c.d_model);
+    for (int i = c.dec_layers - 1; i >= 0; i--) dy = model.decoder[i].backward(dy, d_memory);
+    Matrix dx = d_memory;
+    for (int i = c.enc_layers - 1; i >= 0; i--) dx = model.encoder[i].backward(dx);
+    for (const Matrix* d : {&d_memory, &dx})
+        for (int t = 0; t < S; t++) {
+            double largest = 0.0;
+            for (int j = 0; j < c.d_model; j++) largest = std::max(largest, std::fabs(d->at(t, j)));
+            if (padded_source[t] == PAD)
+                CHECK(largest == 0.0);
+            else
+                CHECK(largest > 0.0);  // the real tokens do get a gradient
+        }
+}
+
+// =============================================================================================
+// train.hpp
+// =============================================================================================
+
+// The small data and model of the whole-model checks: digits 1..5 (V = 7), seq_len 4, sources
+// of 2 to 4 digits, so some end in PAD; d_model 8, 2 heads, d_ff 12, one encoder and one decoder
+// block.
+DataConfig tiny_data() {
+    DataConfig d;
+    d.seq_len = 4;
+    d.min_len = 2;
+    d.max_digit = 5;
+    return d;
+}
+ModelConfig tiny_model(const DataConfig& d) {
+    ModelConfig c;
+    c.vocab = vocab_size(d);
+    c.max_len = d.seq_len;
+    c.d_model = 8;
+    c.n_heads = 2;
+    c.d_ff = 12;
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy
+// ---------------------------------------------------------------------------------------------
+
+// By hand. Uniform logits over V = 4 give p = 1/4 everywhere, loss = log 4 = 1.3862943611198906,
+// and the gradient (p - one_hot) / T with T = 2: 0.125 off target, -0.375 on target. Logits
+// (0, log 3) give p = (1/4, 3/4); for target 1 the loss is -log(3/4) = 0.2876820724517809.
+// Every gradient row sums to 0, because probabilities and the one-hot both sum to 1.
+TEST_CASE("cross_entropy: value and gradient by hand") {
+    Matrix uniform(2, 4), d_uniform(2, 4);
+    double loss = cross_entropy(uniform, {1, 3}, 1.0, d_uniform);
+    CHECK(loss == doctest::Approx(1.3862943611198906).epsilon(1e-15));
+    for (int t = 0; t < 2; t++)
+        for (int v = 0; v < 4; v++) CHECK(d_uniform.at(t, v) == doctest::Approx(v == (t == 0 ? 1 : 3) ? -0.375 : 0.125));
+
+    Matrix two(1, 2), d_two(1, 2);
+    two.at(0, 1) = std::log(3.0);
+    CHECK(cross_entropy(two, {1}, 1.0, d_two) == doctest::Approx(0.2876820724517809).epsilon(1e-15));
+    CHECK(d_two.at(0, 0) == doctest::Approx(0.25).epsilon(1e-15));
+    CHECK(d_two.at(0, 1) == doctest::Approx(-0.25).epsilon(1e-15));
+
+    // weight scales the gradient and adds (+=) into d_logits, as train_step relies on.
+    Matrix d_twice(2, 4);
+    cross_entropy(uniform, {1, 3}, 0.5, d_twice);
+    cross_entropy(uniform, {1, 3}, 0.5, d_twice);
+    for (std::size_t i = 0; i < d_twice.data.size(); i++) CHECK(d_twice.data[i] == doctest::Approx(d_uniform.data[i]));
+
+    Rng rng(40);
+    Matrix logits = random_matrix(5, 7, rng, -4, 4), d_logits(5, 7);
+    cross_entropy(logits, {0, 6, 3, 3, 1}, 1.0, d_logits);
+    for (int t = 0; t < 5; t++) {
+        double sum = 0.0;
+        for (int v = 0; v < 7; v++) sum += d_logits.at(t, v);
+        CHECK(std::fabs(sum) <= 1e-15);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole model's loss
+// ---------------------------------------------------------------------------------------------
+
+// The gradient train_step hands to SGD, checked against finite differences of the mean
+// cross-entropy over a batch of two examples, for every entry of every tensor in parameters().
+// The second example's source is two digits and two PADs, so padding masks are on the path.
+// train_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
+// The parameters are jittered first, so gamma, beta and the biases are not at their initial
+// 1 and 0. Run for the default model and for every exercise switch, and for a deeper stack.
+void check_model(const std::string& name, const ModelConfig& c) {
+    DataConfig d = tiny_data();
+    Transformer model(c, 41);
+    Rng rng(42);
+    jitter(model.parameters(), rng, 0.1);
+    const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
+    REQUIRE(batch[1].source == std::vector<int>{3, 1, PAD, PAD});
+    auto loss = [&] {
+        double L = 0.0;
+        for (const Example& e : batch) {
+            Matrix logits = model.forward(e.source, e.target_in);
+            Matrix unused(logits.rows, logits.cols);
+            L += cross_entropy(logits, e.target, 1.0, unused) / double(batch.size());
+        }
+        return L;
+    };
+    check_gradients(name, tensors_of(model.parameters()), loss, [&] { train_step(model, batch, 0.0); });
+}
+
+TEST_CASE("gradient: whole model, default (pre-norm, sinusoidal, ReLU, scaled embedding)") {
+    check_model("model (default)", tiny_model(tiny_data()));
+}
+TEST_CASE("gradient: whole model, Norm::post") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.norm = Norm::post;
+    check_model("model (post-norm)", c);
+}
+TEST_CASE("gradient: whole model, Positions::learned") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.positions = Positions::learned;
+    check_model("model (learned positions)", c);
+}
+TEST_CASE("gradient: whole model, Positions::none") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.positions = Positions::none;
+    check_model("model (no positions)", c);
+}
+TEST_CASE("gradient: whole model, Activation::gelu") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.activation = Activation::gelu;
+    check_model("model (GELU)", c);
+}
+TEST_CASE("gradient: whole model, embed_scale = false") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.embed_scale = false;
+    check_model("model (no embed scale)", c);
+}
+TEST_CASE("gradient: whole model, 2 encoder + 2 decoder blocks") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.enc_layers = c.dec_layers = 2;
+    check_model("model (2+2 layers)", c);
 }
