@@ -910,8 +910,9 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
     Dataset data(d, 1000, 12345);
     Transformer model(default_model(), 1);
     Rng rng(1 ^ 0x5eedULL);
+    const int steps = 1300;
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<double> losses = train(model, data, rng, 1300, 32, 0.3);
+    std::vector<double> losses = train(model, data, rng, steps, 32, 0.3);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // Hand-picked sources with repeats (training may have drawn these), then the first five
@@ -924,6 +925,7 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
         if (std::adjacent_find(s.begin(), s.end()) != s.end()) sources.push_back(e.source);
         if (sources.size() == 9) break;
     }
+    REQUIRE(sources.size() == 9);
     for (const std::vector<int>& s : sources) {
         std::vector<int> sorted = s;
         std::sort(sorted.begin(), sorted.end());
@@ -934,8 +936,8 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
         CHECK(out == sorted);
     }
     Accuracy a = evaluate(model, data.held_out);
-    std::printf("  trained 1300 steps in %.1f s: loss %.4f, held-out exact-match %.1f%% (%d/%d)\n", seconds,
-                losses.back(), 100 * a.exact, a.exact_count, a.total);
+    std::printf("  trained %d steps in %.1f s: loss %.4f, held-out exact-match %.1f%% (%d/%d)\n", steps,
+                seconds, losses.back(), 100 * a.exact, a.exact_count, a.total);
     CHECK(a.total == 1000);
     CHECK(a.exact >= 0.99);
 }
