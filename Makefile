@@ -4,7 +4,7 @@
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make bench       speed table (see README.md, Performance)
 CXX      ?= g++
-CXXFLAGS ?= -std=c++17 -O2 -Wall -Wextra -pedantic
+CXXFLAGS ?= -std=c++17 -O3 -Wall -Wextra -pedantic
 HEADERS  := matrix.hpp model.hpp train.hpp
 DOCTEST  := /usr/include/doctest/doctest.h
 
