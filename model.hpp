@@ -163,7 +163,7 @@ constexpr double MASKED = -1e9;
 inline Matrix attention(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
                         AttentionCache& cache) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
-    Matrix scores = scale(matmul(Q, transpose(K)), inv_sqrt_dk);  // (T, S)
+    Matrix scores = scale(matmul_bt(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k)
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
@@ -184,10 +184,8 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
     // forward: scores = (Q K^T) / sqrt(d_k)
     Matrix d_QKt(c.P.rows, c.P.cols);
     scale_backward(d_scores, inv_sqrt_dk, d_QKt);
-    // forward: Q K^T = matmul(Q, transpose(K))
-    Matrix d_Kt(c.K.cols, c.K.rows);
-    matmul_backward(d_QKt, c.Q, transpose(c.K), dQ, d_Kt);
-    transpose_backward(d_Kt, dK);
+    // forward: Q K^T = matmul_bt(Q, K)
+    matmul_bt_backward(d_QKt, c.Q, c.K, dQ, dK);
 }
 
 // ---------------------------------------------------------------------------------------------
