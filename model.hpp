@@ -57,16 +57,19 @@ struct Linear {
     Matrix forward(const Matrix& in) {
         x = in;
         Matrix y = matmul(x, W.value);
-        return b.value.empty() ? y : add_row(y, b.value);
+        if (!b.value.empty())  // y = add_row(y, b), done in place: y[i][j] += b[j]
+            for (int i = 0; i < y.rows; i++)
+                for (int j = 0; j < y.cols; j++) y.at(i, j) += b.value.at(0, j);
+        return y;
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
-        Matrix dxW = dy;  // y = xW + b: the gradient of xW is dy itself ...
-        if (!b.value.empty()) {
-            dxW.zero();
-            add_row_backward(dy, dxW, b.grad);  // ... and b collects dy summed over rows
-        }
+        // y = xW + b: the gradient of xW is dy itself, and b collects dy summed over rows
+        // (add_row_backward's db half; its dX half would only copy dy).
+        if (!b.value.empty())
+            for (int i = 0; i < dy.rows; i++)
+                for (int j = 0; j < dy.cols; j++) b.grad.at(0, j) += dy.at(i, j);
         Matrix dx(x.rows, x.cols);
-        matmul_backward(dxW, x, W.value, dx, W.grad);  // dx += dxW W^T, dW += x^T dxW
+        matmul_backward(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy
         return dx;
     }
 };
