@@ -163,15 +163,16 @@ struct AttentionCache {
 // is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-inline Matrix attention(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
-                        AttentionCache& cache) {
+// Q, K and V are taken by value and moved into the cache, which backward reads: a caller's
+// temporaries (multi-head attention's slices) are kept there without being copied.
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k)
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
-    cache = {Q, K, V, softmax_rows(scores)};
-    return matmul(cache.P, V);  // (T, d_k)
+    cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores)};
+    return matmul(cache.P, cache.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
