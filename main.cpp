@@ -18,11 +18,11 @@
 struct Options {
     ModelConfig model;
     DataConfig data;
-    long steps = 3000;
-    int batch = 32;
-    double lr = 0.3;
+    long steps = 12000;  // 12,000 steps of 8 = 96,000 examples
+    int batch = 8;       // batch 8, lr 0.1 reaches 100% held-out exact match in fewer examples than
+    double lr = 0.1;     // batch 32, lr 0.3, and ends there more reliably (README, Performance)
     uint64_t seed = 1;
-    long eval_every = 500;
+    long eval_every = 2000;
     bool bench = false;  // --bench: print the speed table instead of training (see the end of this file)
 };
 
@@ -50,7 +50,7 @@ inline void print_help() {
         "\n"
         "usage: ./sorter [--steps N] [--seed N]\n"
         "\n"
-        "  --steps N   training steps (default 3000), each a mini-batch of 32 examples\n"
+        "  --steps N   training steps (default 12000), each a mini-batch of 8 examples\n"
         "  --seed N    seed for the weights and the training draws (default 1)\n"
         "  --help      this text\n"
         "\n"
