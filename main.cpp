@@ -175,7 +175,6 @@ int main(int argc, char** argv) {
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <fstream>
 
 namespace bench {
@@ -303,21 +302,24 @@ inline double number_after(const std::string& text, const std::string& key) {
     return at == std::string::npos ? -1.0 : std::atof(text.c_str() + at + key.size());
 }
 // The peer's --bench-only runs exactly --steps steps, so a short probe run first sets the number
-// of steps that fills about `seconds`.
-inline double peer_examples_per_second(const Config& c, int batch, double seconds) {
+// of steps that fills about `seconds`. Returns examples/s; `flops`, when given, receives the
+// peer's own count of matmul FLOPs per example of one training step (its "train~3x=").
+inline double peer_examples_per_second(const Config& c, int batch, double seconds, double* flops = nullptr) {
+    std::string out;
     auto rate = [&](long steps) {
         char flags[80];
         std::snprintf(flags, sizeof flags, " --bench-only --batch %d --steps %ld", batch, steps);
-        return number_after(run_peer(peer_flags(c) + flags), "train_examples/s=");
+        out = run_peer(peer_flags(c) + flags);
+        return number_after(out, "train_examples/s=");
     };
     double probe = rate(10);
-    if (probe <= 0) return probe;
-    return rate(std::max(10L, long(probe * seconds / batch)));
+    double r = probe <= 0 ? probe : rate(std::max(10L, long(probe * seconds / batch)));
+    if (flops) *flops = number_after(out, "train~3x=") / batch;
+    return r;
 }
 struct PeerReach {
     long step99 = -1, step100 = -1;
     double seconds99 = 0, seconds100 = 0;
-    double flops_train = -1;  // the peer's own count, "train~3x="
 };
 inline PeerReach peer_time_to_accuracy(int batch, double lr, long eval_every) {
     char flags[160];
@@ -325,7 +327,6 @@ inline PeerReach peer_time_to_accuracy(int batch, double lr, long eval_every) {
                   batch, lr, eval_every);
     std::string out = run_peer(flags);
     PeerReach r;
-    r.flops_train = number_after(out, "train~3x=") / batch;
     for (auto [key, step, sec] : {std::tuple{"exact>=0.99 at step ", &r.step99, &r.seconds99},
                                   std::tuple{"exact>=1.00 at step ", &r.step100, &r.seconds100}}) {
         std::size_t at = out.find(key);
@@ -396,19 +397,20 @@ int run_bench(const Options& o) {
     row("", "sorter", peer ? "peer" : "", peer ? "sorter/peer" : "");
 
     std::printf("training examples/s (draw, forward, backward, SGD; %.0f s each)\n", seconds);
-    struct Rate { const char* name; const Config* c; int batch; double ours = 0, theirs = 0; };
+    struct Rate { const char* name; const Config* c; int batch; double ours = 0, theirs = 0, flops = 0; };
     std::vector<Rate> rates = {{"default, batch 1", &def, 1}, {"default, batch 32", &def, 32},
                                {"mid, batch 1", &mid, 1}, {"mid, batch 32", &mid, 32}};
     for (Rate& r : rates) {
         r.ours = train_examples_per_second(*r.c, r.batch, o.lr, seconds);
-        if (peer) r.theirs = peer_examples_per_second(*r.c, r.batch, seconds);
+        if (peer) r.theirs = peer_examples_per_second(*r.c, r.batch, seconds, &r.flops);
         row(r.name, grouped(r.ours), peer ? grouped(r.theirs) : "", times(r.ours, r.theirs));
     }
 
-    std::printf("matmul FLOPs of one training step (3x one teacher-forced forward), per example\n");
-    std::printf("(the peer's figures: its own count, printed by the peer)\n");
-    row("default", grouped(3 * matmul_flops_forward(def)));
-    row("mid", grouped(3 * matmul_flops_forward(mid)));
+    std::printf("matmul FLOPs per example of one training step (3x one teacher-forced forward;\n"
+                "the peer column is the peer's own count)\n");
+    for (int i : {0, 2})
+        row(rates[i].c == &def ? "default" : "mid", grouped(3 * matmul_flops_forward(*rates[i].c)),
+            peer ? grouped(rates[i].flops) : "", "");
     std::printf("achieved GFLOP/s (FLOPs per example x examples/s)\n");
     for (const Rate& r : rates) {
         double f = 3 * matmul_flops_forward(*r.c) * 1e-9;
@@ -430,18 +432,17 @@ int run_bench(const Options& o) {
         auto show = [&](const char* what, long step, double sec, long peer_step, double peer_sec) {
             std::string ours = step < 0 ? "not reached" : fmt("%.2f s", sec);
             std::string p = !peer ? "" : peer_step < 0 ? "not reached" : fmt("%.2f s", peer_sec);
-            row("  " + runs[i].name + ", " + what, ours, p, step > 0 && peer_step > 0 ? times(peer_sec, sec) + " faster" : "");
+            row("  " + runs[i].name + ", " + what, ours, p, step > 0 && peer_step > 0 ? times(peer_sec, sec) : "");
             std::string ex = step < 0 ? "" : grouped(double(step) * runs[i].batch);
             std::string pex = !peer || peer_step < 0 ? "" : grouped(double(peer_step) * 32);
             row("    examples", ex, pex);
         };
-        if (i == 0) std::printf("  (peer: batch 32, lr 0.3, seed 1)\n");
-        show("99%", r.step99, r.seconds99, i == 0 ? theirs.step99 : -1, theirs.seconds99);
-        show("100%", r.step100, r.seconds100, i == 0 ? theirs.step100 : -1, theirs.seconds100);
+        if (i == 0)
+            std::printf("  (peer column: one peer run, batch 32, lr 0.3, seed 1, shown on every row;\n"
+                        "   ratio: the peer's seconds over ours)\n");
+        show("99%", r.step99, r.seconds99, theirs.step99, theirs.seconds99);
+        show("100%", r.step100, r.seconds100, theirs.step100, theirs.seconds100);
     }
-    if (peer && theirs.flops_train > 0)
-        std::printf("  (the peer counts %s matmul FLOPs per example per training step for default)\n",
-                    grouped(theirs.flops_train).c_str());
 
     std::printf("greedy decoding (default size, one sequence at a time, no cache)\n");
     row("time per sequence", fmt("%.1f us", 1e6 * first.decode_seconds_per_sequence));
@@ -451,7 +452,7 @@ int run_bench(const Options& o) {
 
     // How the cost grows: each row doubles one size; "x prev" is examples/s over the row above.
     auto scaling = [&](const char* title, std::vector<Config> configs, const char* label, auto value_of) {
-        std::printf("%s (batch 32; x prev: examples/s relative to the row above)\n", title);
+        std::printf("%s, batch 32\n(x prev: examples/s over the row above)\n", title);
         row("", "examples/s  x prev", peer ? "examples/s  x prev" : "", "");
         double prev_ours = 0, prev_theirs = 0;
         for (const Config& c : configs) {
