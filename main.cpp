@@ -406,8 +406,8 @@ int run_bench(const Options& o) {
         row(r.name, grouped(r.ours), peer ? grouped(r.theirs) : "", times(r.ours, r.theirs));
     }
 
-    std::printf("matmul FLOPs per example of one training step (3x one teacher-forced forward;\n"
-                "the peer column is the peer's own count)\n");
+    std::printf("matmul FLOPs per example of one training step (3x one teacher-forced forward)%s\n",
+                peer ? ";\nthe peer column is the peer's own count" : "");
     for (int i : {0, 2})
         row(rates[i].c == &def ? "default" : "mid", grouped(3 * matmul_flops_forward(*rates[i].c)),
             peer ? grouped(rates[i].flops) : "", "");
@@ -437,7 +437,7 @@ int run_bench(const Options& o) {
             std::string pex = !peer || peer_step < 0 ? "" : grouped(double(peer_step) * 32);
             row("    examples", ex, pex);
         };
-        if (i == 0)
+        if (i == 0 && peer)
             std::printf("  (peer column: one peer run, batch 32, lr 0.3, seed 1, shown on every row;\n"
                         "   ratio: the peer's seconds over ours)\n");
         show("99%", r.step99, r.seconds99, theirs.step99, theirs.seconds99);
