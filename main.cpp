@@ -1,7 +1,8 @@
 // main.cpp -- the sorter program: read the flags, train, show the model learning, report.
 //
 // The tutorial is in matrix.hpp, model.hpp and train.hpp; this file is the program around it.
-// Sections, in the order a run uses them: options, printing helpers, training run, main().
+// Sections, in the order a run uses them: options, printing helpers, training run, main(); then
+// the benchmark (--bench), last and on its own.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
