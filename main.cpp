@@ -53,6 +53,7 @@ inline void print_help() {
         "\n"
         "  --steps N   training steps (default 12000), each a mini-batch of 8 examples\n"
         "  --seed N    seed for the weights and the training draws (default 1)\n"
+        "  --bench     print the speed table instead of training (make bench)\n"
         "  --help      this text\n"
         "\n"
         "example: ./sorter --steps 1000 --seed 7\n");
