@@ -95,6 +95,36 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
+// The same numbers as matmul(A, transpose(B)), without building B^T: entry (i, j) is the dot
+// product of row i of A with row j of B, and both rows lie contiguous in memory. Attention's
+// scores Q K^T use it.
+// ---------------------------------------------------------------------------------------------
+inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
+    Matrix C(A.rows, B.rows);
+    for (int i = 0; i < A.rows; i++)
+        for (int j = 0; j < B.rows; j++) {
+            double sum = 0.0;
+            for (int p = 0; p < A.cols; p++) sum += A.at(i, p) * B.at(j, p);
+            C.at(i, j) = sum;
+        }
+    return C;
+}
+// forward: C[i][j] = sum_p A[i][p] B[j][p]
+// so       dA[i][p] += sum_j dC[i][j] B[j][p]   (dA += dC B)
+//          dB[j][p] += sum_i dC[i][j] A[i][p]   (dB += dC^T A)
+inline void matmul_bt_backward(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    for (int i = 0; i < A.rows; i++)
+        for (int j = 0; j < B.rows; j++) {
+            double g = dC.at(i, j);
+            for (int p = 0; p < A.cols; p++) {
+                dA.at(i, p) += g * B.at(j, p);
+                dB.at(j, p) += g * A.at(i, p);
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Transpose  B = A^T.   A (n, m), B (m, n).
 // ---------------------------------------------------------------------------------------------
 inline Matrix transpose(const Matrix& A) {

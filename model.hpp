@@ -57,16 +57,19 @@ struct Linear {
     Matrix forward(const Matrix& in) {
         x = in;
         Matrix y = matmul(x, W.value);
-        return b.value.empty() ? y : add_row(y, b.value);
+        if (!b.value.empty())  // y = add_row(y, b), done in place: y[i][j] += b[j]
+            for (int i = 0; i < y.rows; i++)
+                for (int j = 0; j < y.cols; j++) y.at(i, j) += b.value.at(0, j);
+        return y;
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
-        Matrix dxW = dy;  // y = xW + b: the gradient of xW is dy itself ...
-        if (!b.value.empty()) {
-            dxW.zero();
-            add_row_backward(dy, dxW, b.grad);  // ... and b collects dy summed over rows
-        }
+        // y = xW + b: the gradient of xW is dy itself, and b collects dy summed over rows
+        // (add_row_backward's db half; its dX half would only copy dy).
+        if (!b.value.empty())
+            for (int i = 0; i < dy.rows; i++)
+                for (int j = 0; j < dy.cols; j++) b.grad.at(0, j) += dy.at(i, j);
         Matrix dx(x.rows, x.cols);
-        matmul_backward(dxW, x, W.value, dx, W.grad);  // dx += dxW W^T, dW += x^T dxW
+        matmul_backward(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy
         return dx;
     }
 };
@@ -160,15 +163,16 @@ struct AttentionCache {
 // is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-inline Matrix attention(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
-                        AttentionCache& cache) {
+// Q, K and V are taken by value and moved into the cache, which backward reads: a caller's
+// temporaries (multi-head attention's slices) are kept there without being copied.
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
-    Matrix scores = scale(matmul(Q, transpose(K)), inv_sqrt_dk);  // (T, S)
+    Matrix scores = scale(matmul_bt(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k)
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
-    cache = {Q, K, V, softmax_rows(scores)};
-    return matmul(cache.P, V);  // (T, d_k)
+    cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores)};
+    return matmul(cache.P, cache.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
@@ -184,10 +188,8 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
     // forward: scores = (Q K^T) / sqrt(d_k)
     Matrix d_QKt(c.P.rows, c.P.cols);
     scale_backward(d_scores, inv_sqrt_dk, d_QKt);
-    // forward: Q K^T = matmul(Q, transpose(K))
-    Matrix d_Kt(c.K.cols, c.K.rows);
-    matmul_backward(d_QKt, c.Q, transpose(c.K), dQ, d_Kt);
-    transpose_backward(d_Kt, dK);
+    // forward: Q K^T = matmul_bt(Q, K)
+    matmul_bt_backward(d_QKt, c.Q, c.K, dQ, dK);
 }
 
 // ---------------------------------------------------------------------------------------------
