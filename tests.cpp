@@ -159,6 +159,20 @@ TEST_CASE("gradient: matmul") {
                 [&](const Matrix& G) { matmul_backward(G, A, B, dA, dB); });
 }
 
+// C = A B^T, attention's Q K^T without a transposed copy: dA = dC B, dB = dC^T A. Also checks
+// that it gives the same numbers as matmul(A, transpose(B)), which it replaces.
+TEST_CASE("gradient: matmul_bt") {
+    Rng rng(11);
+    Matrix A = random_matrix(3, 4, rng), B = random_matrix(5, 4, rng), dA(3, 4), dB(5, 4);
+    Matrix plain = matmul(A, transpose(B)), fast = matmul_bt(A, B);
+    REQUIRE(fast.rows == 3);
+    REQUIRE(fast.cols == 5);
+    for (std::size_t i = 0; i < fast.data.size(); i++) CHECK(std::fabs(fast.data[i] - plain.data[i]) < 1e-14);
+    check_block("matmul_bt", {tensor("A", A, dA), tensor("B", B, dB)},
+                [&] { return matmul_bt(A, B); },
+                [&](const Matrix& G) { matmul_bt_backward(G, A, B, dA, dB); });
+}
+
 // B = A^T: the gradient is the upstream gradient transposed back.
 TEST_CASE("gradient: transpose") {
     Rng rng(2);
