@@ -724,7 +724,7 @@ inline void trace_shapes(Transformer& model, const Example& e) {
     std::printf("S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, V = %d\n\n", e.source.size(),
                 e.target_in.size(), c.d_model, c.n_heads, d_k, c.d_ff, c.vocab);
     auto line = [](const std::string& what, const std::string& legend, const std::string& numbers) {
-        std::printf("  %-46s %-16s %s\n", what.c_str(), legend.c_str(), numbers.c_str());
+        std::printf("  %-50s %-30s %s\n", what.c_str(), legend.c_str(), numbers.c_str());
     };
     bool pre = c.norm == Norm::pre;
     auto attention = [&](const MultiHeadAttention& m, const char* q, const char* kv) {
@@ -753,6 +753,8 @@ inline void trace_shapes(Transformer& model, const Example& e) {
              shape_text(f.layer2.x.rows, f.layer2.W.value.cols));
     };
 
+    std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
+    std::printf("encoder input\n");
     line("source tokens", "(S)", "(" + std::to_string(e.source.size()) + ")");
     line("embedding table", "(V, d_model)", shape_text(model.embed.table.value));
     if (const Matrix* P = model.embed.position_rows()) line("position table", "(max_len, d_model)", shape_text(*P));
@@ -763,6 +765,7 @@ inline void trace_shapes(Transformer& model, const Example& e) {
         std::printf("encoder.%zu feed-forward\n", i);
         feed_forward(model.encoder[i].ffn, "S");
     }
+    std::printf("decoder input\n");
     line("memory = the last encoder block's output", "(S, d_model)", shape_text(model.decoder[0].cross_attn.W_k.x));
     line("decoder input tokens: START, target[0 .. T-2]", "(T)", "(" + std::to_string(e.target_in.size()) + ")");
     line("y = table[decoder input] * scale + positions", "(T, d_model)",
@@ -901,7 +904,7 @@ struct SvgHeatmap {
 inline std::string attention_svg(const std::vector<AttentionMap>& maps, int n_heads, const std::string& caption) {
     SvgHeatmap hm;
     const Matrix& first = maps.front().P;
-    double gap = 30, panel_w = hm.width(first) + gap, panel_h = hm.height(first) + gap;
+    double gap = 30, panel_w = std::max(hm.width(first) + gap, 290.0), panel_h = hm.height(first) + gap;
     int layers = int(maps.size()) / n_heads;
     double width = std::max(40 + n_heads * panel_w, 560.0), height = 70 + layers * panel_h;
     std::string body = svg_text(20, 24, caption, 15, "start") +
@@ -924,7 +927,7 @@ inline std::string positions_svg(const Matrix& P, const std::string& kind) {
     std::vector<std::string> rows, cols;
     for (int r = 0; r < P.rows; r++) rows.push_back(std::to_string(r));
     for (int c = 0; c < P.cols; c++) cols.push_back(P.cols > 32 && c % 8 ? "" : std::to_string(c));
-    double width = std::max(40 + hm.width(P), 480.0), height = 80 + hm.height(P);
+    double width = std::max(40 + hm.width(P), 660.0), height = 80 + hm.height(P);
     char range[96];
     std::snprintf(range, sizeof range, "blue = %.2f, white = 0, red = +%.2f", -bound, bound);
     std::string body = svg_text(20, 24, "Positional encoding (" + kind + "): rows = positions, columns = dimensions", 15,
@@ -1096,7 +1099,7 @@ inline void demo_softmax() {
         Matrix stable = softmax_rows(S);
         std::string scores, a, b;
         for (std::size_t i = 0; i < r.scores.size(); i++) {
-            scores += (i ? ", " : "") + number_text(r.scores[i]);
+            scores += (i ? ", " : "") + std::to_string(long(r.scores[i]));
             a += (i ? ", " : "") + number_text(naive[i]);
             b += (i ? ", " : "") + number_text(stable.data[i]);
         }
