@@ -537,7 +537,9 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
             if (v.empty())
                 r.error("the file ends early (truncated): tensor '" + name + "' has " + std::to_string(i) + " of its " +
                         std::to_string(n) + " values");
-            if (!parse_finite(v, p->value.data[i]))
+            bool ok = parse_finite(v, p->value.data[i]);
+            if (!ok && in.peek() == EOF) r.error("the file ends early (truncated) inside tensor '" + name + "'");
+            if (!ok)
                 r.error("tensor '" + name + "' value " + std::to_string(i) + ": '" + v + "' is not a finite number");
         }
     }

@@ -349,6 +349,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"absurd shape", replace_once(good, "tensor embed.table 8 8", "tensor embed.table 99999999999999 8"),
          {"tensor 'embed.table' has shape (99999999999999, 8)"}},
         {"truncated in a tensor", good.substr(0, good.size() / 2), {"truncated"}},
+        {"truncated inside a number", good.substr(0, good.find("tensor out.b") - 3), {"truncated"}},
         {"truncated before end", good.substr(0, good.size() - 4), {"truncated", "'end'"}},
         {"nan value", replace_once(good, first_value, "nan"), {"tensor 'embed.table' value 0: 'nan' is not a finite number"}},
         {"inf value", replace_once(good, first_value, "-inf"), {"'-inf' is not a finite number"}},
