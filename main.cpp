@@ -1225,9 +1225,15 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
 
 inline int run(const Options& options) {
     Options o = options;
-    if (o.help) return print_help(), 0;
-    if (o.demo == "scale") return demo_scale(), 0;
-    if (o.demo == "softmax") return demo_softmax(), 0;
+    if (o.help) {
+        print_help();
+        return 0;
+    }
+    if (!o.demo.empty()) {
+        if (o.demo == "scale") demo_scale();
+        else demo_softmax();
+        return 0;
+    }
     check_output_paths(o);
 
     Transformer model;
@@ -1250,8 +1256,14 @@ inline int run(const Options& options) {
     // Looking at the model as built (or loaded), without training.
     if (o.params || o.show_pe || o.trace_shapes) {
         if (o.params) print_params(model);
-        if (o.show_pe) std::printf("%s", o.params ? "\n" : ""), print_positions(model, o.numbers);
-        if (o.trace_shapes) std::printf("%s", o.params || o.show_pe ? "\n" : ""), trace_shapes(model, example);
+        if (o.show_pe) {
+            if (o.params) std::printf("\n");
+            print_positions(model, o.numbers);
+        }
+        if (o.trace_shapes) {
+            if (o.params || o.show_pe) std::printf("\n");
+            trace_shapes(model, example);
+        }
         if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr);
         return 0;
     }
