@@ -418,6 +418,11 @@ void write_atomically(const std::string& path, const std::string& flag, WriteFn 
 }
 
 inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d) {
+    // --load rejects nan and inf, so a diverged model is refused here rather than written unreadable.
+    for (auto& [name, p] : model.parameters())
+        for (double v : p->value.data)
+            if (!std::isfinite(v))
+                fail("--save " + path + ": tensor '" + name + "' holds nan or inf (training diverged); not saved");
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d); });
 }
 
@@ -676,29 +681,54 @@ inline void print_positions(Transformer& model, bool numbers) {
     print_heatmap("position x dimension", *P, rows, cols, -bound, bound, numbers);
 }
 
-// The training loss, one point a column (each the mean over its steps), on a log scale: the loss
-// falls by orders of magnitude, and a straight scale would flatten everything after the first drop.
+// The loss curve squeezed to `points` values, each the log10 of the mean loss over its stretch of
+// steps, clamped to [-12, 6]. A stretch holding a nan or inf loss (training diverged) gives nan.
+inline std::vector<double> log_loss_points(const std::vector<double>& losses, int points) {
+    std::vector<double> out(points, 0.0);
+    for (int i = 0; i < points; i++) {
+        std::size_t from = losses.size() * i / points, to = losses.size() * (i + 1) / points;
+        double mean = 0.0;
+        for (std::size_t s = from; s < to; s++) mean += losses[s] / double(to - from);
+        out[i] = std::isfinite(mean) ? std::clamp(std::log10(std::max(mean, 1e-12)), -12.0, 6.0) : std::nan("");
+    }
+    return out;
+}
+// The smallest and largest finite values; false when there are none.
+inline bool finite_range(const std::vector<double>& values, double& lo, double& hi) {
+    bool any = false;
+    for (double v : values)
+        if (std::isfinite(v)) {
+            lo = any ? std::min(lo, v) : v;
+            hi = any ? std::max(hi, v) : v;
+            any = true;
+        }
+    return any;
+}
+
+// The training loss, one point a column, on a log scale: the loss falls by orders of magnitude,
+// and a straight scale would flatten everything after the first drop.
 inline void print_loss_plot(const std::vector<double>& losses) {
     if (losses.empty()) return;
     const int height = 10;
     int width = std::min<int>(60, int(losses.size()));
-    std::vector<double> column(width, 0.0);
-    for (int c = 0; c < width; c++) {
-        std::size_t from = losses.size() * c / width, to = losses.size() * (c + 1) / width;
-        for (std::size_t s = from; s < to; s++) column[c] += losses[s] / double(to - from);
-        column[c] = std::log10(std::max(column[c], 1e-12));
+    std::vector<double> column = log_loss_points(losses, width);
+    double lo = 0.0, hi = 0.0;
+    if (!finite_range(column, lo, hi)) {
+        std::printf("--- training loss: not a finite number (training diverged; try a smaller --lr) ---\n");
+        return;
     }
-    double lo = *std::min_element(column.begin(), column.end()), hi = *std::max_element(column.begin(), column.end());
     if (hi - lo < 1e-9) hi = lo + 1.0;
-    std::printf("--- training loss (log scale; each column is the mean of %zu steps) ---\n",
-                (losses.size() + width - 1) / width);
+    std::size_t per_column = (losses.size() + width - 1) / width;
+    std::printf("--- training loss (log scale; each column is the mean of %zu step%s) ---\n", per_column,
+                per_column == 1 ? "" : "s");
     for (int row = 0; row < height; row++) {
         double level = hi - (hi - lo) * row / (height - 1);  // this row's value, in log10
         if (row == 0 || row == height / 2 || row == height - 1) std::printf("%9.4f |", std::pow(10.0, level));
         else std::printf("%9s |", "");
         std::string points(width, ' ');
-        for (int c = 0; c < width; c++)
-            if (std::lround((hi - column[c]) / (hi - lo) * (height - 1)) == row) points[c] = '*';
+        for (int c = 0; c < width; c++)  // a nan column (diverged) stays empty
+            if (std::isfinite(column[c]) && std::lround((hi - column[c]) / (hi - lo) * (height - 1)) == row)
+                points[c] = '*';
         points.erase(points.find_last_not_of(' ') + 1);
         std::printf("%s\n", points.c_str());
     }
@@ -954,18 +984,13 @@ inline std::string training_svg(const History& h) {
     std::string body = svg_text(20, 24, "Training: loss (left, log scale) and held-out accuracy (right)", 15, "start");
     long steps = long(h.losses.size());
     auto x_of = [&](double step, double x0) { return x0 + pw * (steps > 1 ? (step - 1) / double(steps - 1) : 0.0); };
-    // Loss: at most 400 points, each the mean over its stretch of steps.
+    // Loss: at most 400 points, each the mean over its stretch of steps; nan stretches are skipped.
     int points = std::min<int>(400, int(h.losses.size()));
-    std::vector<double> xs, ys;
-    for (int i = 0; i < points; i++) {
-        std::size_t from = h.losses.size() * i / points, to = h.losses.size() * (i + 1) / points;
-        double mean = 0.0;
-        for (std::size_t s = from; s < to; s++) mean += h.losses[s] / double(to - from);
-        xs.push_back(double(from + to + 1) / 2.0);
-        ys.push_back(std::log10(std::max(mean, 1e-12)));
-    }
-    double lo = std::floor(*std::min_element(ys.begin(), ys.end()));
-    double hi = std::ceil(*std::max_element(ys.begin(), ys.end()));
+    std::vector<double> ys = log_loss_points(h.losses, points);
+    double lo = 0.0, hi = 0.0;
+    if (!finite_range(ys, lo, hi)) body += svg_text(left + pw / 2, top + ph / 2, "loss not finite (diverged)", 12);
+    lo = std::floor(lo);
+    hi = std::ceil(hi);
     if (hi <= lo) hi = lo + 1;
     auto y_loss = [&](double v) { return top + ph * (hi - v) / (hi - lo); };
     for (double decade = lo; decade <= hi; decade++) {
@@ -975,7 +1000,10 @@ inline std::string training_svg(const History& h) {
         body += svg_text(left - 6, y_loss(decade) + 4, label, 11, "end");
     }
     std::string pts;
-    for (std::size_t i = 0; i < xs.size(); i++) pts += num(x_of(xs[i], left)) + "," + num(y_loss(ys[i])) + " ";
+    for (int i = 0; i < points; i++) {
+        double step = double(h.losses.size() * i / points + h.losses.size() * (i + 1) / points + 1) / 2.0;
+        if (std::isfinite(ys[i])) pts += num(x_of(step, left)) + "," + num(y_loss(ys[i])) + " ";
+    }
     body += "<polyline fill=\"none\" stroke=\"rgb(178,24,43)\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
     body += svg_text(left + pw / 2, top - 10, "training loss (mean per stretch of steps)", 12);
 
@@ -1298,11 +1326,11 @@ inline int run(const Options& options) {
                     digits_text(guess).c_str());
         print_attention(attention_maps(model, example.source, dec_in), o.numbers);
     }
+    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
     if (!o.save_path.empty()) {
         save_checkpoint(o.save_path, model, o.data);
         std::printf("saved %s\n", o.save_path.c_str());
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
     return 0;
 }
 

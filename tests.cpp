@@ -8,6 +8,7 @@
 #include "main.cpp"
 
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace workbench_tests {
@@ -471,4 +472,31 @@ TEST_CASE("the demonstrations: the naive softmax overflows where the stable one 
     S.data = {1000, 999, 998};
     Matrix P = softmax_rows(S);
     CHECK(P.data[0] == doctest::Approx(0.6652).epsilon(1e-3));
+}
+
+TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
+    History h;
+    h.losses = {2.0, 1.0, std::numeric_limits<double>::infinity(), std::nan("")};
+    h.evals = {{4, std::nan(""), 0.0, 0.0}};
+    std::string svg = training_svg(h);
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(!contains(svg, "nan"));
+    CHECK(!contains(svg, "inf"));
+    print_loss_plot(h.losses);  // must return, not loop or crash
+    h.losses = {std::nan(""), std::nan("")};
+    CHECK(contains(training_svg(h), "not finite"));
+    print_loss_plot(h.losses);
+
+    ModelConfig c;
+    DataConfig d;
+    Transformer model(c, 1);
+    model.out.b.value.at(0, 3) = std::nan("");
+    TempDir dir("diverged");
+    try {
+        save_checkpoint(dir.file("m.txt"), model, d);
+        FAIL("a model holding nan was saved");
+    } catch (const UsageError& e) {
+        CHECK(contains(e.message, "tensor 'out.b' holds nan or inf"));
+    }
+    CHECK(dir.listing().empty());
 }
