@@ -31,6 +31,10 @@
 
 #include "train.hpp"
 
+// Everything in this file but main() lives in one namespace, so that tests.cpp can include the
+// file beside its own helpers without two functions of the same name meeting.
+namespace sorter_program {
+
 // =============================================================================================
 // 1. Errors and options
 // =============================================================================================
@@ -1334,8 +1338,11 @@ inline int run(const Options& options) {
     return 0;
 }
 
+}  // namespace sorter_program
+
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {
+    using namespace sorter_program;
     try {
         return run(parse_options(argc, argv));
     } catch (const UsageError& e) {

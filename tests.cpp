@@ -12,6 +12,28 @@
 #include <sstream>
 
 namespace workbench_tests {
+// The names this section uses from main.cpp, declared here so that they win over any helper of
+// the same name elsewhere in this file.
+using sorter_program::Options;
+using sorter_program::UsageError;
+using sorter_program::parse_options;
+using sorter_program::join;
+using sorter_program::parse_sequence;
+using sorter_program::read_train_data;
+using sorter_program::load_train_data;
+using sorter_program::save_checkpoint;
+using sorter_program::read_checkpoint;
+using sorter_program::load_checkpoint;
+using sorter_program::run;
+using sorter_program::attention_maps;
+using sorter_program::AttentionMap;
+using sorter_program::History;
+using sorter_program::write_pictures;
+using sorter_program::svg_text;
+using sorter_program::write_svg;
+using sorter_program::naive_softmax;
+using sorter_program::training_svg;
+using sorter_program::print_loss_plot;
 
 // Parse a command line; returns the error message, or "" when it parsed.
 inline std::string parse_error(std::vector<std::string> args, Options* out = nullptr) {
@@ -108,8 +130,6 @@ inline std::string replace_once(std::string text, const std::string& from, const
     return text.replace(at, from.size(), to);
 }
 
-}  // namespace workbench_tests
-using namespace workbench_tests;
 
 TEST_CASE("flags: every invalid value gets one line naming the flag and the value") {
     struct Case {
@@ -500,3 +520,5 @@ TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     }
     CHECK(dir.listing().empty());
 }
+
+}  // namespace workbench_tests
