@@ -438,6 +438,12 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
     CHECK(contains(run_error({"--sort", "1", "2", "3", "4", "12", "--params"}), "--sort 1 2 3 4 12: '12'"));
     CHECK(contains(run_error({"--load", "/nonexistent/model.txt"}), "--load /nonexistent/model.txt: cannot open"));
     CHECK(contains(run_error({"--train-data", "/nonexistent/data.txt", "--params"}), "--train-data /nonexistent"));
+    TempDir dir("run-paths");
+    CHECK(contains(run_error({"--save", dir.path.string(), "--steps", "1"}), "is a directory"));
+    std::ofstream(dir.file("plain.txt")) << "not a directory\n";
+    CHECK(contains(run_error({"--svg", dir.file("plain.txt"), "--params"}), "not a directory"));
+    std::ofstream(dir.file("bad.txt")) << "5 3 9 1 1\n5 3 x 1 1\n";
+    CHECK(contains(run_error({"--train-data", dir.file("bad.txt"), "--params"}), "bad.txt line 2: 'x'"));
 }
 
 TEST_CASE("the source padding mask gives PAD positions exactly zero attention") {
