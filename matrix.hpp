@@ -162,19 +162,17 @@ inline void accumulate(Matrix& dA, const Matrix& dC) {
 // ---------------------------------------------------------------------------------------------
 // Bias  Y = X + b, the row vector b (1, m) added to every row of X (n, m).
 // ---------------------------------------------------------------------------------------------
-inline Matrix add_row(const Matrix& X, const Matrix& b) {
-    Matrix Y = X;
+// X is taken by value: a temporary, such as add_row(matmul(x, W), b), moves in and is not copied.
+inline Matrix add_row(Matrix X, const Matrix& b) {
     for (int i = 0; i < X.rows; i++)
-        for (int j = 0; j < X.cols; j++) Y.at(i, j) += b.at(0, j);
-    return Y;
+        for (int j = 0; j < X.cols; j++) X.at(i, j) += b.at(0, j);
+    return X;
 }
-// forward: Y[i][j] = X[i][j] + b[j]   so   dX += dY, and db[j] += sum_i dY[i][j]
-inline void add_row_backward(const Matrix& dY, Matrix& dX, Matrix& db) {
+// forward: Y[i][j] = X[i][j] + b[j]   so   dX = dY: the gradient passes through unchanged, and the
+// caller hands dY on as dX itself; only the bias needs work:   db[j] += sum_i dY[i][j]
+inline void add_row_backward(const Matrix& dY, Matrix& db) {
     for (int i = 0; i < dY.rows; i++)
-        for (int j = 0; j < dY.cols; j++) {
-            dX.at(i, j) += dY.at(i, j);
-            db.at(0, j) += dY.at(i, j);
-        }
+        for (int j = 0; j < dY.cols; j++) db.at(0, j) += dY.at(i, j);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -56,18 +56,12 @@ struct Linear {
     }
     Matrix forward(const Matrix& in) {
         x = in;
-        Matrix y = matmul(x, W.value);
-        if (!b.value.empty())  // y = add_row(y, b), done in place: y[i][j] += b[j]
-            for (int i = 0; i < y.rows; i++)
-                for (int j = 0; j < y.cols; j++) y.at(i, j) += b.value.at(0, j);
-        return y;
+        if (b.value.empty()) return matmul(x, W.value);
+        return add_row(matmul(x, W.value), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
-        // y = xW + b: the gradient of xW is dy itself, and b collects dy summed over rows
-        // (add_row_backward's db half; its dX half would only copy dy).
-        if (!b.value.empty())
-            for (int i = 0; i < dy.rows; i++)
-                for (int j = 0; j < dy.cols; j++) b.grad.at(0, j) += dy.at(i, j);
+        // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
+        if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
         matmul_backward(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy
         return dx;

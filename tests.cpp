@@ -197,7 +197,10 @@ TEST_CASE("gradient: add_row") {
     Matrix X = random_matrix(4, 5, rng), b = random_matrix(1, 5, rng), dX(4, 5), db(1, 5);
     check_block("add_row", {tensor("X", X, dX), tensor("b", b, db)},
                 [&] { return add_row(X, b); },
-                [&](const Matrix& G) { add_row_backward(G, dX, db); });
+                [&](const Matrix& G) {
+                    accumulate(dX, G);  // dX = dY, handed on unchanged
+                    add_row_backward(G, db);
+                });
 }
 
 // Y = s X: the gradient is scaled by the same s.
