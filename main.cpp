@@ -1168,10 +1168,12 @@ inline void show_examples(const char* title, Transformer& model, const std::vect
 inline std::vector<Example> watched_examples(const Dataset& data) {
     std::vector<Example> shown;
     for (const Example& e : data.held_out) {
-        std::vector<int> s = e.source;
+        std::vector<int> s;  // the source's digits, PAD left out, sorted so repeats sit side by side
+        for (int token : e.source)
+            if (token != PAD) s.push_back(token);
         std::sort(s.begin(), s.end());
         bool repeats = std::adjacent_find(s.begin(), s.end()) != s.end();
-        if (shown.empty() ? repeats : true) shown.push_back(e);
+        if (repeats || !shown.empty()) shown.push_back(e);  // the first one shown has a repeated digit
         if (shown.size() == 3) break;
     }
     return shown;
