@@ -1253,8 +1253,10 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
 // =============================================================================================
 inline void check_output_paths(const Options& o) {  // before training, so a typo costs no time
     std::error_code ec;
+    if (!o.svg_dir.empty() && !std::filesystem::exists(o.svg_dir, ec))
+        fail("--svg " + o.svg_dir + ": no such directory (create it first, e.g. mkdir -p " + o.svg_dir + ")");
     if (!o.svg_dir.empty() && !std::filesystem::is_directory(o.svg_dir, ec))
-        fail("--svg " + o.svg_dir + ": not a directory (create it first)");
+        fail("--svg " + o.svg_dir + ": not a directory");
     if (!o.save_path.empty()) {
         std::filesystem::path dir = std::filesystem::path(o.save_path).parent_path();
         if (dir.empty()) dir = ".";

@@ -1392,7 +1392,7 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
             return e.message;
         }
     };
-    CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: not a directory"));
+    CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: no such directory"));
     CHECK(contains(run_error({"--save", "/nonexistent/dir/m.txt", "--steps", "1"}), "--save /nonexistent/dir/m.txt"));
     CHECK(contains(run_error({"--sort", "1", "2", "3", "4", "12", "--params"}), "--sort 1 2 3 4 12: '12'"));
     CHECK(contains(run_error({"--load", "/nonexistent/model.txt"}), "--load /nonexistent/model.txt: cannot open"));
