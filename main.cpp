@@ -591,13 +591,8 @@ inline std::vector<std::string> token_names(const std::vector<int>& tokens, cons
     for (int t : tokens) names.push_back(token_name(t, c));
     return names;
 }
-inline std::string digits_text(const std::vector<int>& tokens) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < tokens.size(); i++) {
-        if (i) s += ", ";
-        s += tokens[i] == PAD ? std::string("_") : std::to_string(tokens[i]);
-    }
-    return s + "]";
+inline std::string digits_text(const std::vector<int>& tokens, const ModelConfig& c) {  // "[3, 1, _]"
+    return "[" + join(token_names(tokens, c), ", ") + "]";
 }
 
 // Ten shades from empty to full. A cell shows where its value sits between lo and hi.
@@ -1059,7 +1054,8 @@ inline void write_pictures(const std::string& dir, Transformer& model, const std
     std::vector<int> dec_in = decoder_input(model, output);
     write_svg(dir, "attention.svg",
               attention_svg(attention_maps(model, source, dec_in), model.config.n_heads,
-                            "Attention maps: input " + digits_text(source) + ", output " + digits_text(output)));
+                            "Attention maps: input " + digits_text(source, model.config) + ", output " +
+                                digits_text(output, model.config)));
     if (const Matrix* P = model.embed.position_rows())
         write_svg(dir, "pe.svg", positions_svg(*P, POSITION_NAMES[int(model.config.positions)]));
     if (history && !history->losses.empty()) write_svg(dir, "training.svg", training_svg(*history));
@@ -1159,8 +1155,9 @@ inline void show_examples(const char* title, Transformer& model, const std::vect
     std::printf("--- %s ---\n", title);
     for (const Example& e : shown) {
         std::vector<int> guess = greedy_decode(model, e.source, int(e.target.size()));
-        std::printf("  input %s   pred %s   true %s%s\n", digits_text(e.source).c_str(), digits_text(guess).c_str(),
-                    digits_text(e.target).c_str(), guess == e.target ? "   ok" : "");
+        std::printf("  input %s   pred %s   true %s%s\n", digits_text(e.source, model.config).c_str(),
+                    digits_text(guess, model.config).c_str(), digits_text(e.target, model.config).c_str(),
+                    guess == e.target ? "   ok" : "");
     }
 }
 
@@ -1333,15 +1330,15 @@ inline int run(const Options& options) {
     }
     if (!digits.empty()) {
         std::vector<int> guess = greedy_decode(model, example.source, o.data.seq_len);
-        std::printf("\ninput  %s\noutput %s   (%s: %s%s)\n", digits_text(example.source).c_str(),
-                    digits_text(guess).c_str(), TASK_NAMES[int(o.data.task)].c_str(),
-                    digits_text(example.target).c_str(), guess == example.target ? ", ok" : ", wrong");
+        std::printf("\ninput  %s\noutput %s   (%s: %s%s)\n", digits_text(example.source, model.config).c_str(),
+                    digits_text(guess, model.config).c_str(), TASK_NAMES[int(o.data.task)].c_str(),
+                    digits_text(example.target, model.config).c_str(), guess == example.target ? ", ok" : ", wrong");
     }
     if (o.show_attention) {
         std::vector<int> guess = greedy_decode(model, example.source, o.data.seq_len);
         std::vector<int> dec_in = decoder_input(model, guess);
-        std::printf("\n--- attention for input %s, output %s ---\n", digits_text(example.source).c_str(),
-                    digits_text(guess).c_str());
+        std::printf("\n--- attention for input %s, output %s ---\n",
+                    digits_text(example.source, model.config).c_str(), digits_text(guess, model.config).c_str());
         print_attention(attention_maps(model, example.source, dec_in), o.numbers);
     }
     if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
