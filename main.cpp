@@ -28,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -295,7 +296,8 @@ inline std::vector<int> parse_sequence(const std::vector<std::string>& words, co
         std::string allowed = d.min_len == d.seq_len
                                   ? "exactly " + std::to_string(d.seq_len)
                                   : "from " + std::to_string(d.min_len) + " to " + std::to_string(d.seq_len);
-        fail(where + ": " + std::to_string(n) + " digits; expected " + allowed + " (--min-len, --seq-len)");
+        fail(where + ": " + std::to_string(n) + " digits; expected " + allowed +
+             " (set by --min-len and --seq-len, or by the checkpoint given to --load)");
     }
     return digits;
 }
@@ -377,7 +379,7 @@ inline std::vector<std::vector<int>> load_train_data(const std::string& path, co
 //   seq_len 5
 //   min_len 5
 //   max_digit 9
-//   tensors 28                 how many tensors follow
+//   tensors 35                 how many tensors follow (35 for the default model)
 //
 // Then every learned tensor in the order of Transformer::parameters(): a line
 //   tensor NAME ROWS COLS
@@ -447,6 +449,9 @@ struct WordReader {
     [[noreturn]] void error(const std::string& what) const {
         fail(where + " line " + std::to_string(line) + ": " + what);
     }
+    [[noreturn]] void header_error(const std::string& what) const {  // two header values disagree
+        fail(where + " header: " + what);
+    }
     std::string next() {  // "" at the end of the file
         int c;
         while ((c = in.peek()) != EOF && std::isspace(c)) {
@@ -511,14 +516,14 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     d.min_len = int(r.whole("min_len", 1, MAX_SEQ_LEN));
     d.max_digit = int(r.whole("max_digit", 1, MAX_DIGIT));
     if (c.d_model % c.n_heads != 0)
-        r.error("d_model " + std::to_string(c.d_model) + " is not a multiple of n_heads " + std::to_string(c.n_heads));
+        r.header_error("d_model " + std::to_string(c.d_model) + " is not a multiple of n_heads " + std::to_string(c.n_heads));
     if (d.min_len > d.seq_len)
-        r.error("min_len " + std::to_string(d.min_len) + " is above seq_len " + std::to_string(d.seq_len));
+        r.header_error("min_len " + std::to_string(d.min_len) + " is above seq_len " + std::to_string(d.seq_len));
     if (c.vocab != vocab_size(d))
-        r.error("vocab " + std::to_string(c.vocab) + " does not match max_digit " + std::to_string(d.max_digit) +
+        r.header_error("vocab " + std::to_string(c.vocab) + " does not match max_digit " + std::to_string(d.max_digit) +
                 " (vocab = max_digit + 2)");
     if (c.max_len != d.seq_len)
-        r.error("max_len " + std::to_string(c.max_len) + " does not match seq_len " + std::to_string(d.seq_len));
+        r.header_error("max_len " + std::to_string(c.max_len) + " does not match seq_len " + std::to_string(d.seq_len));
     long count = r.whole("tensors", 1, 1000);
 
     // Every size has passed the caps, so this allocation is bounded; the tensors in the file must
@@ -1192,6 +1197,9 @@ inline std::string variant_text(const Options& o, std::size_t pool_size) {
     return join(v, ", ");
 }
 
+// printf writes a NaN whose sign bit is set as "-nan"; a diverged loss should read "nan" every time.
+inline double plain_nan(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
+
 inline History train_and_report(const Options& o, Dataset& data, Transformer& model) {
     Rng rng(o.seed ^ 0x5eedULL);
     std::vector<Example> shown = watched_examples(data);
@@ -1209,7 +1217,7 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
 
     double train_seconds = 0.0, recent_loss = 0.0;
     long loss_count = 0;
-    double last_loss = 0.0;
+    double last_loss = std::numeric_limits<double>::quiet_NaN();  // no loss measured before training
     std::vector<Example> batch(o.batch);
     for (long step = 1; step <= o.steps; step++) {
         auto t0 = std::chrono::steady_clock::now();
@@ -1225,7 +1233,8 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
             recent_loss = 0.0, loss_count = 0;
             Accuracy a = evaluate(model, data.held_out);
             history.evals.push_back({step, last_loss, a.exact, a.token});
-            std::printf("%8ld  %8.4f  %11.1f%%  %13.1f%%\n", step, last_loss, 100 * a.exact, 100 * a.token);
+            std::printf("%8ld  %8.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(last_loss), 100 * a.exact,
+                        100 * a.token);
         }
         if (step == o.steps / 2) {
             std::printf("\n");
@@ -1241,7 +1250,7 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
     std::printf("\n");
     show_examples("after training", model, shown);
     std::printf("\nfinal: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, loss %.4f, train-time %.1f s\n",
-                100 * a.exact, a.exact_count, a.total, 100 * a.token, last_loss, train_seconds);
+                100 * a.exact, a.exact_count, a.total, 100 * a.token, plain_nan(last_loss), train_seconds);
     return history;
 }
 

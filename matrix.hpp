@@ -258,7 +258,7 @@ inline Matrix take_columns(const Matrix& X, int first, int count) {  // X (n, m)
 }
 // forward: Y[i][j] = X[i][first + j]   so   dX[i][first + j] += dY[i][j].
 // Read the other way, the same loop also joins heads: it writes a (n, d_k) slice into (n, d_model).
-inline void add_into_columns(const Matrix& dY, int first, Matrix& dX) {
+inline void add_into_columns(const Matrix& dY, int first, Matrix& dX) {  // (n, count) into (n, m)
     for (int i = 0; i < dY.rows; i++)
         for (int j = 0; j < dY.cols; j++) dX.at(i, first + j) += dY.at(i, j);
 }

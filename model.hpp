@@ -2,7 +2,8 @@
 //
 // Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad)
 // and the activations its forward saved. forward() fills the saved activations; backward(d_out)
-// reads them, adds (+=) into its parameters' grads and returns the gradient for its input.
+// reads them, adds (+=) into its parameters' grads and returns the gradient for its input. Where a
+// block has two inputs (attention's queries and memory) it adds into gradients the caller zeroed.
 //
 // Legend: T target length, S source length, d_model token width, n_heads heads,
 //         d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.

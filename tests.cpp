@@ -690,6 +690,14 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
     for (std::size_t i = 0; i < d_twice.data.size(); i++)
         CHECK(d_twice.data[i] == doctest::Approx(d_uniform.data[i]).epsilon(1e-15));
 
+    // A confident wrong guess: logits (0, 800) with target 0. p[0] = exp(-800) underflows to 0.0, so
+    // -log(p[0]) would be inf; the loss is computed from the logits instead and is exactly 800.
+    Matrix wrong(1, 2), d_wrong(1, 2);
+    wrong.at(0, 1) = 800.0;
+    CHECK(cross_entropy(wrong, {0}, 1.0, d_wrong) == 800.0);
+    CHECK(d_wrong.at(0, 0) == -1.0);
+    CHECK(d_wrong.at(0, 1) == 1.0);
+
     Rng rng(40);
     Matrix logits = random_matrix(5, 7, rng, -4, 4), d_logits(5, 7);
     cross_entropy(logits, {0, 6, 3, 3, 1}, 1.0, d_logits);

@@ -106,7 +106,12 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
     int T = logits.rows;
     double loss = 0.0;
     for (int t = 0; t < T; t++) {
-        loss -= std::log(p.at(t, target[t])) / T;
+        // log p_t[k] = logits[t][k] - max - log(sum_v exp(logits[t][v] - max)), the max trick again:
+        // std::log(p) would be -inf once a confident wrong guess makes p underflow to 0.
+        double max = logits.at(t, 0), sum = 0.0;
+        for (int v = 1; v < logits.cols; v++) max = std::max(max, logits.at(t, v));
+        for (int v = 0; v < logits.cols; v++) sum += std::exp(logits.at(t, v) - max);
+        loss -= (logits.at(t, target[t]) - max - std::log(sum)) / T;
         for (int v = 0; v < logits.cols; v++)
             d_logits.at(t, v) += weight * (p.at(t, v) - (v == target[t] ? 1.0 : 0.0)) / T;
     }
