@@ -347,12 +347,18 @@ inline std::vector<std::vector<int>> read_train_data(std::istream& in, const Dat
     return sequences;
 }
 
-inline std::vector<std::vector<int>> load_train_data(const std::string& path, const DataConfig& d) {
-    std::string where = "--train-data " + path;
+// Opens a file the user named, or fails with one line that starts with `where` ("--load FILE").
+inline std::ifstream open_input(const std::string& path, const std::string& where) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) fail(where + ": is a directory, not a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(where + ": cannot open the file (" + std::strerror(errno) + ")");
+    return in;
+}
+
+inline std::vector<std::vector<int>> load_train_data(const std::string& path, const DataConfig& d) {
+    std::string where = "--train-data " + path;
+    std::ifstream in = open_input(path, where);
     return read_train_data(in, d, where);
 }
 
@@ -576,10 +582,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
 
 inline Transformer load_checkpoint(const std::string& path, DataConfig& data) {
     std::string where = "--load " + path;
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) fail(where + ": is a directory, not a file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(where + ": cannot open the file (" + std::strerror(errno) + ")");
+    std::ifstream in = open_input(path, where);
     return read_checkpoint(in, where, data);
 }
 
