@@ -148,6 +148,7 @@ inline Matrix add(const Matrix& A, const Matrix& B) {
     return C;
 }
 // forward: C = A + B   so   dA += dC and dB += dC: a sum hands its gradient to both terms.
+// (The blocks in model.hpp apply this rule without the call: they hand d_sum on to both paths.)
 inline void add_backward(const Matrix& dC, Matrix& dA, Matrix& dB) {
     for (std::size_t i = 0; i < dC.data.size(); i++) {
         dA.data[i] += dC.data[i];
