@@ -3,22 +3,27 @@
 #   make test        build and run the gradient checks and behaviour tests (doctest)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make bench       speed table (see README.md, Performance)
+#   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
+#   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 CXX      ?= g++
 # -march=native: use this CPU's vector instructions (the binary may not run on another machine).
-# -ffp-contract=off: but never fuse a * b + c into one FMA instruction. A fused multiply-add rounds
+CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
+# The flags the numbers depend on stay out of what a user overrides (make CXXFLAGS=...):
+# -ffp-contract=off: never fuse a * b + c into one FMA instruction. A fused multiply-add rounds
 # once instead of twice, which changes every result in the last bit, and training then drifts
 # away from the figures printed by a plain build. With it off, every build computes the same numbers.
-CXXFLAGS ?= -std=c++17 -O3 -march=native -ffp-contract=off -Wall -Wextra -pedantic
+FIXED    := -std=c++17 -ffp-contract=off
 HEADERS  := matrix.hpp model.hpp train.hpp
 DOCTEST  := /usr/include/doctest/doctest.h
+PYTHON   := /usr/bin/python3
 
-.PHONY: all test sanitize bench clean doctest
+.PHONY: all test sanitize bench reference compare clean doctest
 
 all: sorter
 
 # The flags are also compiled in, so that ./sorter --bench can print what it was built with.
 sorter: main.cpp $(HEADERS) Makefile
-	$(CXX) $(CXXFLAGS) -DSORTER_CXXFLAGS='"$(CXX) $(CXXFLAGS)"' -o $@ main.cpp
+	$(CXX) $(FIXED) $(CXXFLAGS) -DSORTER_CXXFLAGS='"$(CXX) $(FIXED) $(CXXFLAGS)"' -o $@ main.cpp
 
 # doctest comes from Debian's doctest-dev. Install it when missing and we may; otherwise say how.
 # (tests.cpp includes main.cpp, without its main(), to test the flags and the checkpoint files.)
@@ -35,13 +40,13 @@ doctest:
 	fi
 
 tests: tests.cpp main.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(CXXFLAGS) -o $@ tests.cpp
+	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ tests.cpp
 
 test: tests
 	./tests
 
 tests-sanitize: tests.cpp main.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ tests.cpp
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ tests.cpp
 
 sanitize: tests-sanitize
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
@@ -49,6 +54,16 @@ sanitize: tests-sanitize
 # The same build as `make`, then the speed table (about a minute; runs the PyTorch peer too when installed).
 bench: sorter
 	./sorter --bench
+
+# The PyTorch twin: Debian's python3-torch is built for Debian's own python3. Without it, the
+# scripts say how to get it and skip (make test never needs PyTorch).
+reference: sorter
+	@if [ -x $(PYTHON) ]; then $(PYTHON) reference/torch_sorter.py --check; \
+	 else echo "make reference: skipped: $(PYTHON) not found (Debian: apt-get install python3-torch)"; fi
+
+compare: sorter
+	@if [ -x $(PYTHON) ]; then $(PYTHON) reference/compare.py; \
+	 else echo "make compare: skipped: $(PYTHON) not found (Debian: apt-get install python3-torch)"; fi
 
 clean:
 	rm -f sorter tests tests-sanitize

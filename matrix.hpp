@@ -96,9 +96,8 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 
 // ---------------------------------------------------------------------------------------------
 // Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
-// The same numbers as matmul(A, transpose(B)), without building B^T: entry (i, j) is the dot
-// product of row i of A with row j of B, and both rows lie contiguous in memory. Attention's
-// scores Q K^T use it.
+// Entry (i, j) is the dot product of row i of A with row j of B, and both rows lie contiguous in
+// memory, so no transposed copy of B is ever built. Attention's scores Q K^T use it.
 // ---------------------------------------------------------------------------------------------
 inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.rows);
@@ -125,22 +124,7 @@ inline void matmul_bt_backward(const Matrix& dC, const Matrix& A, const Matrix& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Transpose  B = A^T.   A (n, m), B (m, n).
-// ---------------------------------------------------------------------------------------------
-inline Matrix transpose(const Matrix& A) {
-    Matrix B(A.cols, A.rows);
-    for (int i = 0; i < A.rows; i++)
-        for (int j = 0; j < A.cols; j++) B.at(j, i) = A.at(i, j);
-    return B;
-}
-// forward: B[j][i] = A[i][j]   so   dA[i][j] += dB[j][i]
-inline void transpose_backward(const Matrix& dB, Matrix& dA) {
-    for (int i = 0; i < dA.rows; i++)
-        for (int j = 0; j < dA.cols; j++) dA.at(i, j) += dB.at(j, i);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Sum  C = A + B (same shape). This is the residual connection x + sublayer(x).
+// Sum  C = A + B (same shape). This is the residual connection x + sublayer(x) (Sublayer in model.hpp).
 // ---------------------------------------------------------------------------------------------
 inline Matrix add(const Matrix& A, const Matrix& B) {
     Matrix C = A;
@@ -148,14 +132,13 @@ inline Matrix add(const Matrix& A, const Matrix& B) {
     return C;
 }
 // forward: C = A + B   so   dA += dC and dB += dC: a sum hands its gradient to both terms.
-// (The blocks in model.hpp apply this rule without the call: they hand d_sum on to both paths.)
 inline void add_backward(const Matrix& dC, Matrix& dA, Matrix& dB) {
     for (std::size_t i = 0; i < dC.data.size(); i++) {
         dA.data[i] += dC.data[i];
         dB.data[i] += dC.data[i];
     }
 }
-// dA += dC alone, for when only one side of a sum needs a gradient.
+// dA += dC: adding one more path's gradient into a gradient that already holds others.
 inline void accumulate(Matrix& dA, const Matrix& dC) {
     for (std::size_t i = 0; i < dC.data.size(); i++) dA.data[i] += dC.data[i];
 }
@@ -190,31 +173,31 @@ inline void scale_backward(const Matrix& dY, double s, Matrix& dX) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Row-wise softmax  P[i][j] = exp(S[i][j]) / sum_k exp(S[i][k]).   S, P (n, m).
+// Row-wise softmax  P[i][j] = exp(X[i][j]) / sum_k exp(X[i][k]).   X, P (n, m).
 // ---------------------------------------------------------------------------------------------
-inline Matrix softmax_rows(const Matrix& S) {
-    Matrix P(S.rows, S.cols);
-    for (int i = 0; i < S.rows; i++) {
+inline Matrix softmax_rows(const Matrix& X) {
+    Matrix P(X.rows, X.cols);
+    for (int i = 0; i < X.rows; i++) {
         // Subtracting the row's max changes nothing (it cancels between top and bottom) but
         // keeps every exp() argument <= 0, so a logit of 1000 cannot overflow to inf and NaN.
-        double max = S.at(i, 0);
-        for (int j = 1; j < S.cols; j++) max = std::max(max, S.at(i, j));
+        double max = X.at(i, 0);
+        for (int j = 1; j < X.cols; j++) max = std::max(max, X.at(i, j));
         double sum = 0.0;
-        for (int j = 0; j < S.cols; j++) sum += P.at(i, j) = std::exp(S.at(i, j) - max);
-        for (int j = 0; j < S.cols; j++) P.at(i, j) /= sum;
+        for (int j = 0; j < X.cols; j++) sum += P.at(i, j) = std::exp(X.at(i, j) - max);
+        for (int j = 0; j < X.cols; j++) P.at(i, j) /= sum;
     }
     return P;
 }
-// forward: P[i][j] = exp(S[i][j]) / sum_k exp(S[i][k])
-// Jacobian: dP[i][j]/dS[i][k] = P[i][j] (delta_jk - P[i][k]), so the vector-Jacobian product is
-//          dS[i][k] += P[i][k] (dP[i][k] - sum_j dP[i][j] P[i][j])
-// in words: each score gets its own probability times (its upstream gradient minus the
-// probability-weighted mean of the row's upstream gradients).
-inline void softmax_rows_backward(const Matrix& dP, const Matrix& P, Matrix& dS) {
+// forward: P[i][j] = exp(X[i][j]) / sum_k exp(X[i][k])
+// Jacobian: dP[i][j]/dX[i][k] = P[i][j] (delta_jk - P[i][k]), so the vector-Jacobian product is
+//          dX[i][k] += P[i][k] (dP[i][k] - sum_j dP[i][j] P[i][j])
+// in words: each input gets its own probability times (its upstream gradient minus the
+// probability-weighted mean of the row's upstream gradients: the "row term").
+inline void softmax_rows_backward(const Matrix& dP, const Matrix& P, Matrix& dX) {
     for (int i = 0; i < P.rows; i++) {
-        double mean = 0.0;
-        for (int j = 0; j < P.cols; j++) mean += dP.at(i, j) * P.at(i, j);
-        for (int k = 0; k < P.cols; k++) dS.at(i, k) += P.at(i, k) * (dP.at(i, k) - mean);
+        double row_term = 0.0;
+        for (int j = 0; j < P.cols; j++) row_term += dP.at(i, j) * P.at(i, j);
+        for (int k = 0; k < P.cols; k++) dX.at(i, k) += P.at(i, k) * (dP.at(i, k) - row_term);
     }
 }
 

@@ -1,19 +1,19 @@
 // model.hpp -- the blocks of an encoder-decoder Transformer, each forward beside its backward.
 //
-// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad)
-// and the activations its forward saved. forward() fills the saved activations; backward(d_out)
-// reads them, adds (+=) into its parameters' grads and returns the gradient for its input. Where a
-// block has two inputs (attention's queries and memory) it adds into gradients the caller zeroed.
+// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad),
+// lists them by name (list_parameters), and keeps the activations its forward saved. forward()
+// fills the saved activations; backward(d_out) reads them, adds (+=) into its parameters' grads and
+// returns the gradient for its input. Two exceptions, each said where it happens: a block with two
+// inputs (attention's queries and memory) adds into gradients the caller zeroed, and Embedding's
+// input is token ids, integers with no gradient, so its backward returns nothing.
 //
-// Legend: T target length, S source length, d_model token width, n_heads heads,
-//         d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+// Legend: T, S target and source lengths, d_model, n_heads, d_k = d_model / n_heads, d_ff, V vocab.
 //
-// The variant, stated once: PRE-NORM blocks (x + Sublayer(LayerNorm(x))), LayerNorm with the
-// biased variance (divide by d_model) and eps inside the square root, a final LayerNorm before
-// the output projection, token ids PAD = 0, digits 1..max_digit, START = V - 1, the same START
-// opening the decoder input in training (teacher forcing) and in greedy decoding.
-// The exercise switches (post-norm, learned or no positions, GELU, no embedding scale) each
-// change one place: Sublayer, Embedding, FeedForward.
+// The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
+// variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
+// output projection. Token ids: PAD = 0, digits 1..max_digit, START = V - 1 (train.hpp says how
+// the task uses them). The exercise switches (post-norm, learned or no positions, GELU, no
+// embedding scale) each change one place: Sublayer, Embedding, FeedForward.
 #pragma once
 
 #include <string>
@@ -40,8 +40,11 @@ struct ModelConfig {
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
 };
 
-constexpr int PAD = 0;
-inline int start_token(const ModelConfig& c) { return c.vocab - 1; }
+constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
+
+// Every learned tensor of a block with its name ("encoder.0.self_attn.W_q"), in a fixed order: the
+// optimizer, the checkpoint file and the tests all walk this one list.
+using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
 // Linear  y = x W + b.   x (n, d_in), W (d_in, d_out), b (1, d_out), y (n, d_out).
@@ -55,10 +58,13 @@ struct Linear {
         xavier_init(W.value, rng);
         if (bias) b = Param(1, d_out);  // biases start at zero
     }
+    void list_parameters(const std::string& w_name, const std::string& b_name, ParamList& list) {
+        list.push_back({w_name, &W});
+        if (!b.value.empty()) list.push_back({b_name, &b});
+    }
     Matrix forward(const Matrix& in) {
         x = in;
-        if (b.value.empty()) return matmul(x, W.value);
-        return add_row(matmul(x, W.value), b.value);
+        return b.value.empty() ? matmul(x, W.value) : add_row(matmul(x, W.value), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
@@ -70,7 +76,7 @@ struct Linear {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Embedding + positions:  X[t] = table[token_t] * sqrt(d_model) + PE[t].   X (T, d_model).
+// Embedding + positions:  X[t] = table[token_t] * scale + pos[t].   X (T, d_model).
 // One table is shared by the source and the target, so backward takes the tokens it undoes.
 // ---------------------------------------------------------------------------------------------
 // PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
@@ -86,6 +92,10 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     return pe;
 }
 
+// Why scale = sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
+// table row has entries of spread sqrt(2 / (V + d_model)), about 0.27 here (the paper's table, shared
+// with the output layer, has entries near 1 / sqrt(d_model)). The scale brings the token's part up to
+// the size of the position's part, so neither drowns the other when they are added.
 struct Embedding {
     Param table;      // (V, d_model), one row per token id
     Param learned;    // (max_len, d_model), used only with Positions::learned
@@ -103,22 +113,27 @@ struct Embedding {
             xavier_init(learned.value, rng);
         }
     }
-    const Matrix* position_rows() const {
+    void list_parameters(const std::string& name, ParamList& list) {
+        list.push_back({name + ".table", &table});
+        if (positions == Positions::learned) list.push_back({name + ".positions", &learned});
+    }
+    const Matrix* position_table() const {  // (max_len, d_model), or nullptr
         if (positions == Positions::sinusoidal) return &fixed;
         if (positions == Positions::learned) return &learned.value;
         return nullptr;  // Positions::none: the model sees a bag of tokens
     }
     Matrix forward(const std::vector<int>& tokens) const {
         Matrix X(int(tokens.size()), table.value.cols);
-        const Matrix* P = position_rows();
+        const Matrix* pos = position_table();
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * scale + (P ? P->at(t, c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(t, c) : 0.0);
         return X;
     }
-    // forward: X[t] = table[token_t] * scale + P[t]
+    // forward: X[t] = table[token_t] * scale + pos[t]
     // so       table.grad[token_t] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
     //          learned.grad[t]     += dX[t]           (only when positions are learned)
+    // Returns nothing: the input is token ids, which have no gradient.
     void backward(const std::vector<int>& tokens, const Matrix& dX) {
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
@@ -129,9 +144,10 @@ struct Embedding {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Scaled dot-product attention  O = softmax(Q K^T / sqrt(d_k) + mask) V.
+// Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V.
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
-// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything.
+// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. masked() REPLACES
+// each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
 // ---------------------------------------------------------------------------------------------
 // Causal mask (T, T): position t sees positions 0..t and nothing after, so a decoder trained with
 // teacher forcing cannot peek at the token it is asked to predict.
@@ -205,6 +221,10 @@ struct MultiHeadAttention {
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, c.d_model, false, rng),
           W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng),
           heads(c.n_heads) {}
+    void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
+        for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
+            linear->list_parameters(name + suffix, "", list);
+    }
 
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask) {
         Matrix Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv);  // (T|S, d_model)
@@ -217,8 +237,7 @@ struct MultiHeadAttention {
         }
         return W_o.forward(joined);
     }
-    // Adds into d_xq (T, d_model) and d_xkv (S, d_model). For self-attention the caller passes
-    // the same matrix twice: x feeds the queries and the keys and values, and both paths add up.
+    // Adds into d_xq (T, d_model) and d_xkv (S, d_model), which the caller zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // forward: return W_o.forward(joined)
         int T = d_joined.rows, S = heads[0].K.rows;
@@ -238,6 +257,11 @@ struct MultiHeadAttention {
         accumulate(d_xkv, W_k.backward(dK));
         accumulate(d_xkv, W_v.backward(dV));
     }
+    Matrix backward_self(const Matrix& d_out) {  // self-attention: x feeds Q and K, V; both add into dx
+        Matrix dx(d_out.rows, W_q.x.cols);
+        backward(d_out, dx, dx);
+        return dx;
+    }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -252,6 +276,10 @@ struct LayerNorm {
 
     LayerNorm() = default;
     explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        list.push_back({name + ".gamma", &gamma});
+        list.push_back({name + ".beta", &beta});
+    }
 
     Matrix forward(const Matrix& x) {
         int n = x.rows, d = x.cols;
@@ -275,6 +303,10 @@ struct LayerNorm {
     // forward: x_hat = (x - mean) * rstd, where mean and rstd depend on every x of the row, so
     //          dx = rstd * (d_x_hat  -  mean(d_x_hat)  -  x_hat * mean(d_x_hat * x_hat))
     //               term 1: direct path   term 2: through mean   term 3: through the variance
+    // Derivation, one row of d entries: d mean/dx_j = 1/d and d var/dx_j = 2 (x_j - mean) / d, so
+    // d rstd/dx_j = -rstd^3 (x_j - mean) / d; the chain rule through every x_hat_k = (x_k - mean) rstd:
+    //   dx_j = sum_k d_x_hat_k [(delta_jk - 1/d) rstd - (x_k - mean) rstd^3 (x_j - mean) / d]
+    //        = rstd (d_x_hat_j - mean(d_x_hat) - x_hat_j mean(d_x_hat * x_hat)).
     Matrix backward(const Matrix& dy) {
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
@@ -307,6 +339,10 @@ struct FeedForward {
     FeedForward(const ModelConfig& c, Rng& rng)
         : layer1(c.d_model, c.d_ff, true, rng), layer2(c.d_ff, c.d_model, true, rng),
           activation(c.activation) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        layer1.list_parameters(name + ".W_1", name + ".b_1", list);
+        layer2.list_parameters(name + ".W_2", name + ".b_2", list);
+    }
 
     Matrix forward(const Matrix& x) {
         hidden = layer1.forward(x);
@@ -324,30 +360,35 @@ struct FeedForward {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Sublayer: the residual connection and its LayerNorm around attention or feed-forward.
-//   pre-norm (default):  out = x + f(LN(x))     post-norm (the 2017 paper): out = LN(x + f(x))
-// A block calls input(x) to get what f reads, then output(x, f_out). backward mirrors both.
+// Sublayer: the residual connection and its LayerNorm, wrapped around attention or feed-forward.
+//   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
+// (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
+// The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
+// f_backward) its backward (d of f's output in, d of f's input out): a block's backward is its forward reversed.
 // ---------------------------------------------------------------------------------------------
 struct Sublayer {
     LayerNorm norm;
     Norm where = Norm::pre;
 
     Sublayer() = default;
-    Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm) {}
+    explicit Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm) {}
 
-    Matrix input(const Matrix& x) { return where == Norm::pre ? norm.forward(x) : x; }
-    Matrix output(const Matrix& x, const Matrix& f_out) {
-        Matrix sum = add(x, f_out);
-        return where == Norm::pre ? sum : norm.forward(sum);
+    template <typename F>  // f: Matrix(const Matrix& f_in)
+    Matrix forward(const Matrix& x, F f) {
+        if (where == Norm::pre) return add(x, f(norm.forward(x)));  // x + f(LN(x))
+        return norm.forward(add(x, f(x)));                          // LN(x + f(x))
     }
-    // forward: output = sum (pre) or norm(sum) (post), sum = x + f_out. Returns d_sum, which is
-    // both the gradient for x along the residual path and the gradient for f_out.
-    Matrix output_backward(const Matrix& d_out) {
-        return where == Norm::pre ? d_out : norm.backward(d_out);
-    }
-    // forward: input = norm(x) (pre) or x (post). Returns the gradient for x along that path.
-    Matrix input_backward(const Matrix& d_input) {
-        return where == Norm::pre ? norm.backward(d_input) : d_input;
+    template <typename B>  // f_backward: Matrix(const Matrix& d_f_out), returns d_f_in
+    Matrix backward(const Matrix& d_out, B f_backward) {
+        // forward: out = sum (pre-norm) or LN(sum) (post-norm)
+        Matrix d_sum = where == Norm::pre ? d_out : norm.backward(d_out);
+        // forward: sum = add(x, f_out): both terms get d_sum
+        Matrix dx(d_sum.rows, d_sum.cols), d_f_out(d_sum.rows, d_sum.cols);
+        add_backward(d_sum, dx, d_f_out);
+        // forward: f_out = f(f_in), f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
+        Matrix d_f_in = f_backward(d_f_out);
+        accumulate(dx, where == Norm::pre ? norm.backward(d_f_in) : d_f_in);
+        return dx;
     }
 };
 
@@ -362,24 +403,22 @@ struct EncoderBlock {
     EncoderBlock() = default;
     EncoderBlock(const ModelConfig& c, Rng& rng)
         : attn_sub(c), ffn_sub(c), self_attn(c, rng), ffn(c, rng) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        attn_sub.norm.list_parameters(name + ".norm1", list);
+        self_attn.list_parameters(name + ".self_attn", list);
+        ffn_sub.norm.list_parameters(name + ".norm2", list);
+        ffn.list_parameters(name + ".ffn", list);
+    }
 
     Matrix forward(const Matrix& x, const Matrix& src_mask) {
-        Matrix a = attn_sub.input(x);
-        Matrix x1 = attn_sub.output(x, self_attn.forward(a, a, src_mask));  // x + SelfAttn(LN(x))
-        return ffn_sub.output(x1, ffn.forward(ffn_sub.input(x1)));        // x1 + FFN(LN(x1))
+        Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask); });
+        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
     }
     Matrix backward(const Matrix& d_out) {
-        // forward: out = ffn_sub.output(x1, ffn.forward(ffn_sub.input(x1)))
-        Matrix d_sum2 = ffn_sub.output_backward(d_out);
-        Matrix dx1 = d_sum2;
-        accumulate(dx1, ffn_sub.input_backward(ffn.backward(d_sum2)));
-        // forward: x1 = attn_sub.output(x, self_attn.forward(a, a, src_mask)), a = attn_sub.input(x)
-        Matrix d_sum1 = attn_sub.output_backward(dx1);
-        Matrix da(d_sum1.rows, d_sum1.cols);
-        self_attn.backward(d_sum1, da, da);
-        Matrix dx = d_sum1;
-        accumulate(dx, attn_sub.input_backward(da));
-        return dx;
+        // forward: out = ffn_sub.forward(x1, ffn)
+        Matrix dx1 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
+        // forward: x1 = attn_sub.forward(x, self-attention)
+        return attn_sub.backward(dx1, [&](const Matrix& d) { return self_attn.backward_self(d); });
     }
 };
 
@@ -395,32 +434,32 @@ struct DecoderBlock {
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
         : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng), cross_attn(c, rng), ffn(c, rng) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        self_sub.norm.list_parameters(name + ".norm1", list);
+        self_attn.list_parameters(name + ".self_attn", list);
+        cross_sub.norm.list_parameters(name + ".norm2", list);
+        cross_attn.list_parameters(name + ".cross_attn", list);
+        ffn_sub.norm.list_parameters(name + ".norm3", list);
+        ffn.list_parameters(name + ".ffn", list);
+    }
 
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask) {
-        Matrix a = self_sub.input(y);
-        Matrix y1 = self_sub.output(y, self_attn.forward(a, a, causal));                     // causal self
-        Matrix y2 = cross_sub.output(y1, cross_attn.forward(cross_sub.input(y1), memory, memory_mask));
-        return ffn_sub.output(y2, ffn.forward(ffn_sub.input(y2)));
+        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal); });
+        Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask); });
+        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
     }
     // Returns dy and adds the memory's gradient into d_memory (S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
-        // forward: out = ffn_sub.output(y2, ffn.forward(ffn_sub.input(y2)))
-        Matrix d_sum3 = ffn_sub.output_backward(d_out);
-        Matrix dy2 = d_sum3;
-        accumulate(dy2, ffn_sub.input_backward(ffn.backward(d_sum3)));
-        // forward: y2 = cross_sub.output(y1, cross_attn.forward(cross_sub.input(y1), memory, ...))
-        Matrix d_sum2 = cross_sub.output_backward(dy2);
-        Matrix d_cross_in(d_sum2.rows, d_sum2.cols);
-        cross_attn.backward(d_sum2, d_cross_in, d_memory);
-        Matrix dy1 = d_sum2;
-        accumulate(dy1, cross_sub.input_backward(d_cross_in));
-        // forward: y1 = self_sub.output(y, self_attn.forward(a, a, causal)), a = self_sub.input(y)
-        Matrix d_sum1 = self_sub.output_backward(dy1);
-        Matrix da(d_sum1.rows, d_sum1.cols);
-        self_attn.backward(d_sum1, da, da);
-        Matrix dy = d_sum1;
-        accumulate(dy, self_sub.input_backward(da));
-        return dy;
+        // forward: out = ffn_sub.forward(y2, ffn)
+        Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
+        // forward: y2 = cross_sub.forward(y1, cross-attention to the memory)
+        Matrix dy1 = cross_sub.backward(dy2, [&](const Matrix& d) {
+            Matrix d_queries(d.rows, d.cols);
+            cross_attn.backward(d, d_queries, d_memory);  // the keys' and values' share goes to the memory
+            return d_queries;
+        });
+        // forward: y1 = self_sub.forward(y, causal self-attention)
+        return self_sub.backward(dy1, [&](const Matrix& d) { return self_attn.backward_self(d); });
     }
 };
 
@@ -437,39 +476,36 @@ struct Transformer {
     LayerNorm final_norm;
     Linear out;       // (d_model -> V), with bias
 
-    // saved by forward for backward
-    std::vector<int> source, target_in;
-    Matrix src_mask;  // (S, S) encoder self-attention: no query looks at a PAD source position
-    Matrix mem_mask;  // (T, S) cross-attention: the same rule for decoder queries
+    std::vector<int> source, target_in;  // (S), (T): saved by encode and decode for backward
 
     Transformer() = default;
-    Transformer(const ModelConfig& c, uint64_t seed) : config(c) {
+    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
         Rng rng(seed);
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
-        final_norm = LayerNorm(c.d_model);
         out = Linear(c.d_model, c.vocab, true, rng);
     }
 
     Matrix encode(const std::vector<int>& src) {  // -> memory (S, d_model)
         source = src;
-        src_mask = padding_mask(int(src.size()), src);
+        Matrix src_mask = padding_mask(int(src.size()), src);  // (S, S): no query looks at a PAD
         Matrix x = embed.forward(src);
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask);
         return x;
     }
-    Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory) {  // -> logits (T, V)
+    // The decoder reads the source too: its cross-attention must not look at PAD source positions.
+    Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory, const std::vector<int>& src) {
         target_in = tgt_in;
         int T = int(tgt_in.size());
-        mem_mask = padding_mask(T, source);
-        Matrix causal = causal_mask(T);
+        Matrix mem_mask = padding_mask(T, src);  // (T, S)
+        Matrix causal = causal_mask(T);          // (T, T)
         Matrix y = embed.forward(tgt_in);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, mem_mask);
-        return out.forward(final_norm.forward(y));
+        return out.forward(final_norm.forward(y));  // -> logits (T, V)
     }
     Matrix forward(const std::vector<int>& src, const std::vector<int>& tgt_in) {
-        return decode(tgt_in, encode(src));
+        return decode(tgt_in, encode(src), src);
     }
 
     // Undo forward(), last step first. Adds into every parameter's grad.
@@ -486,49 +522,15 @@ struct Transformer {
         embed.backward(source, dx);     // forward: x = embed.forward(src)
     }
 
-    // Every learned tensor with a name, in a fixed order (the checkpoint's order too).
-    std::vector<std::pair<std::string, Param*>> parameters() {
-        std::vector<std::pair<std::string, Param*>> p;
-        p.push_back({"embed.table", &embed.table});
-        if (config.positions == Positions::learned) p.push_back({"embed.positions", &embed.learned});
-        auto attention = [&](const std::string& name, MultiHeadAttention& m) {
-            p.push_back({name + ".W_q", &m.W_q.W});
-            p.push_back({name + ".W_k", &m.W_k.W});
-            p.push_back({name + ".W_v", &m.W_v.W});
-            p.push_back({name + ".W_o", &m.W_o.W});
-        };
-        auto norm = [&](const std::string& name, LayerNorm& n) {
-            p.push_back({name + ".gamma", &n.gamma});
-            p.push_back({name + ".beta", &n.beta});
-        };
-        auto ffn = [&](const std::string& name, FeedForward& f) {
-            p.push_back({name + ".W_1", &f.layer1.W});
-            p.push_back({name + ".b_1", &f.layer1.b});
-            p.push_back({name + ".W_2", &f.layer2.W});
-            p.push_back({name + ".b_2", &f.layer2.b});
-        };
-        for (std::size_t i = 0; i < encoder.size(); i++) {
-            std::string b = "encoder." + std::to_string(i);
-            norm(b + ".norm1", encoder[i].attn_sub.norm);
-            attention(b + ".self_attn", encoder[i].self_attn);
-            norm(b + ".norm2", encoder[i].ffn_sub.norm);
-            ffn(b + ".ffn", encoder[i].ffn);
-        }
-        for (std::size_t i = 0; i < decoder.size(); i++) {
-            std::string b = "decoder." + std::to_string(i);
-            norm(b + ".norm1", decoder[i].self_sub.norm);
-            attention(b + ".self_attn", decoder[i].self_attn);
-            norm(b + ".norm2", decoder[i].cross_sub.norm);
-            attention(b + ".cross_attn", decoder[i].cross_attn);
-            norm(b + ".norm3", decoder[i].ffn_sub.norm);
-            ffn(b + ".ffn", decoder[i].ffn);
-        }
-        norm("final_norm", final_norm);
-        p.push_back({"out.W", &out.W});
-        p.push_back({"out.b", &out.b});
-        return p;
+    // Every learned tensor with its name, in a fixed order (the checkpoint's order too).
+    ParamList parameters() {
+        ParamList list;
+        embed.list_parameters("embed", list);
+        for (size_t i = 0; i < encoder.size(); i++) encoder[i].list_parameters("encoder." + std::to_string(i), list);
+        for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
+        final_norm.list_parameters("final_norm", list);
+        out.list_parameters("out.W", "out.b", list);
+        return list;
     }
-    void zero_grad() {
-        for (auto& [name, param] : parameters()) param->grad.zero();
-    }
+    void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };

@@ -1,9 +1,10 @@
 // tests.cpp -- the lab notebook: every backward checked against finite differences, then the
 // behaviour of the model measured with real numbers.
 //
-// Sections follow the tutorial: the gradient-check helper, then matrix.hpp, model.hpp and
-// train.hpp, each with its gradient checks first and its behaviour tests after. Every TEST_CASE
-// opens with a comment saying what it checks and why. Each gradient check prints one line per
+// Sections follow the source: the gradient-check helper, then matrix.hpp, model.hpp and
+// train.hpp, each with its gradient checks first and its behaviour tests after, then main.cpp in
+// the order of its numbered sections. Every TEST_CASE opens with a comment saying what it checks
+// and why. Each gradient check prints one line per
 // tensor (block, tensor, entries compared, worst relative error), so a run reads like a table.
 // `make test` runs everything; any failed CHECK makes the binary exit non-zero.
 //
@@ -15,11 +16,16 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "train.hpp"
+// The whole program, without its main(): the tutorial headers come with it, and the tests of
+// main.cpp call its functions directly (every check there throws a UsageError carrying one line).
+#define SORTER_NO_MAIN
+#include "main.cpp"
+using namespace sorter_program;
 
 // =============================================================================================
 // The gradient check
@@ -60,8 +66,6 @@ struct Tensor {
 };
 Tensor tensor(const std::string& name, Param& p) { return {name, &p.value, &p.grad}; }
 Tensor tensor(const std::string& name, Matrix& value, Matrix& grad) { return {name, &value, &grad}; }
-
-using ParamList = std::vector<std::pair<std::string, Param*>>;  // the shape of parameters()
 
 // Every parameter of a list as a Tensor, skipping empty ones (a Linear without bias).
 std::vector<Tensor> tensors_of(const ParamList& params) {
@@ -160,11 +164,13 @@ TEST_CASE("gradient: matmul") {
 }
 
 // C = A B^T, attention's Q K^T without a transposed copy: dA = dC B, dB = dC^T A. Also checks
-// that it gives the same numbers as matmul(A, transpose(B)), which it replaces.
+// that it gives the same numbers as matmul(A, Bt) with Bt written out by hand.
 TEST_CASE("gradient: matmul_bt") {
     Rng rng(11);
-    Matrix A = random_matrix(3, 4, rng), B = random_matrix(5, 4, rng), dA(3, 4), dB(5, 4);
-    Matrix plain = matmul(A, transpose(B)), fast = matmul_bt(A, B);
+    Matrix A = random_matrix(3, 4, rng), B = random_matrix(5, 4, rng), dA(3, 4), dB(5, 4), Bt(4, 5);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++) Bt.at(j, i) = B.at(i, j);
+    Matrix plain = matmul(A, Bt), fast = matmul_bt(A, B);
     REQUIRE(fast.rows == 3);
     REQUIRE(fast.cols == 5);
     for (std::size_t i = 0; i < fast.data.size(); i++) CHECK(std::fabs(fast.data[i] - plain.data[i]) < 1e-14);
@@ -173,16 +179,7 @@ TEST_CASE("gradient: matmul_bt") {
                 [&](const Matrix& G) { matmul_bt_backward(G, A, B, dA, dB); });
 }
 
-// B = A^T: the gradient is the upstream gradient transposed back.
-TEST_CASE("gradient: transpose") {
-    Rng rng(2);
-    Matrix A = random_matrix(3, 5, rng), dA(3, 5);
-    check_block("transpose", {tensor("A", A, dA)},
-                [&] { return transpose(A); },
-                [&](const Matrix& G) { transpose_backward(G, dA); });
-}
-
-// C = A + B, the residual connection: both terms receive the whole upstream gradient.
+// C = A + B, the residual connection (Sublayer): both terms receive the whole upstream gradient.
 TEST_CASE("gradient: add") {
     Rng rng(3);
     Matrix A = random_matrix(3, 4, rng), B = random_matrix(3, 4, rng), dA(3, 4), dB(3, 4);
@@ -217,10 +214,10 @@ TEST_CASE("gradient: scale") {
 // rows that are neither flat nor one-hot.
 TEST_CASE("gradient: softmax_rows") {
     Rng rng(6);
-    Matrix S = random_matrix(3, 5, rng, -3.0, 3.0), dS(3, 5), P;
-    check_block("softmax_rows", {tensor("S", S, dS)},
-                [&] { return P = softmax_rows(S); },
-                [&](const Matrix& G) { softmax_rows_backward(G, P, dS); });
+    Matrix X = random_matrix(3, 5, rng, -3.0, 3.0), dX(3, 5), P;
+    check_block("softmax_rows", {tensor("X", X, dX)},
+                [&] { return P = softmax_rows(X); },
+                [&](const Matrix& G) { softmax_rows_backward(G, P, dX); });
 }
 
 // ReLU passes the gradient where the input is positive. The inputs are kept at least 0.05 from
@@ -297,31 +294,13 @@ ModelConfig small_config() {
     return c;
 }
 
-// The parameters of each block, named like Transformer::parameters() names them.
-ParamList params_of(const std::string& name, LayerNorm& n) {
-    return {{name + ".gamma", &n.gamma}, {name + ".beta", &n.beta}};
-}
-ParamList params_of(const std::string& name, MultiHeadAttention& m) {
-    return {{name + ".W_q", &m.W_q.W}, {name + ".W_k", &m.W_k.W}, {name + ".W_v", &m.W_v.W},
-            {name + ".W_o", &m.W_o.W}};
-}
-ParamList params_of(const std::string& name, FeedForward& f) {
-    return {{name + ".W_1", &f.layer1.W}, {name + ".b_1", &f.layer1.b}, {name + ".W_2", &f.layer2.W},
-            {name + ".b_2", &f.layer2.b}};
-}
-ParamList joined(std::vector<ParamList> lists) {
-    ParamList all;
-    for (const ParamList& l : lists) all.insert(all.end(), l.begin(), l.end());
-    return all;
-}
-ParamList params_of(EncoderBlock& b) {
-    return joined({params_of("norm1", b.attn_sub.norm), params_of("self_attn", b.self_attn),
-                   params_of("norm2", b.ffn_sub.norm), params_of("ffn", b.ffn)});
-}
-ParamList params_of(DecoderBlock& b) {
-    return joined({params_of("norm1", b.self_sub.norm), params_of("self_attn", b.self_attn),
-                   params_of("norm2", b.cross_sub.norm), params_of("cross_attn", b.cross_attn),
-                   params_of("norm3", b.ffn_sub.norm), params_of("ffn", b.ffn)});
+// A block's parameters, as the block itself lists them (the same names Transformer::parameters()
+// gives, without the "encoder.0." in front).
+template <typename Block>
+ParamList params_of(Block& block, const std::string& name) {
+    ParamList list;
+    block.list_parameters(name, list);
+    return list;
 }
 // Input tensors followed by parameter tensors: with({tensor("x", x, dx)}, tensors_of(params)).
 std::vector<Tensor> with(std::vector<Tensor> first, const std::vector<Tensor>& more) {
@@ -478,7 +457,7 @@ TEST_CASE("gradient: MultiHeadAttention, self / causal self / cross") {
         Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
         Matrix mask = causal ? causal_mask(4) : Matrix();
         check_block(causal ? "MHA (causal self)" : "MHA (self)",
-                    with({tensor("x", x, dx)}, tensors_of(params_of("mha", mha))),
+                    with({tensor("x", x, dx)}, tensors_of(params_of(mha, "mha"))),
                     [&] { return mha.forward(x, x, mask); },
                     [&](const Matrix& G) { mha.backward(G, dx, dx); });
     }
@@ -487,7 +466,7 @@ TEST_CASE("gradient: MultiHeadAttention, self / causal self / cross") {
     Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
     Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
     Matrix mask = padding_mask(3, padded_source);
-    std::vector<Tensor> weights = tensors_of(params_of("mha", mha));
+    std::vector<Tensor> weights = tensors_of(params_of(mha, "mha"));
     check_block("MHA (cross)", with({tensor("x_q", x, dx), tensor("memory", memory, d_memory)}, weights),
                 [&] { return mha.forward(x, memory, mask); },
                 [&](const Matrix& G) { mha.backward(G, dx, d_memory); });
@@ -508,11 +487,11 @@ TEST_CASE("gradient: MultiHeadAttention, self / causal self / cross") {
 TEST_CASE("gradient: LayerNorm") {
     Rng rng(26);
     LayerNorm norm(8);
-    jitter(params_of("norm", norm), rng);
+    jitter(params_of(norm, "norm"), rng);
     Matrix x = random_matrix(4, 8, rng), dx(4, 8);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++) x.at(i, j) = x.at(i, j) * (i + 1) + i;
-    check_block("LayerNorm", with({tensor("x", x, dx)}, tensors_of(params_of("norm", norm))),
+    check_block("LayerNorm", with({tensor("x", x, dx)}, tensors_of(params_of(norm, "norm"))),
                 [&] { return norm.forward(x); },
                 [&](const Matrix& G) { dx = norm.backward(G); });
 }
@@ -524,10 +503,10 @@ TEST_CASE("gradient: FeedForward with ReLU and with GELU") {
         c.activation = act;
         Rng rng(27);
         FeedForward ffn(c, rng);
-        jitter(params_of("ffn", ffn), rng, 0.1);
+        jitter(params_of(ffn, "ffn"), rng, 0.1);
         Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
         check_block(act == Activation::relu ? "FeedForward (ReLU)" : "FeedForward (GELU)",
-                    with({tensor("x", x, dx)}, tensors_of(params_of("ffn", ffn))),
+                    with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))),
                     [&] { return ffn.forward(x); },
                     [&](const Matrix& G) { dx = ffn.backward(G); });
     }
@@ -545,7 +524,7 @@ TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
         c.norm = where;
         Rng rng(28);
         EncoderBlock block(c, rng);
-        ParamList params = params_of(block);
+        ParamList params = params_of(block, "block");
         CHECK(params.size() == 12);
         jitter(params, rng, 0.1);
         Matrix x = random_matrix(5, c.d_model, rng), dx(5, c.d_model);
@@ -565,7 +544,7 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
         c.norm = where;
         Rng rng(29);
         DecoderBlock block(c, rng);
-        ParamList params = params_of(block);
+        ParamList params = params_of(block, "block");
         CHECK(params.size() == 18);
         jitter(params, rng, 0.1);
         Matrix y = random_matrix(4, c.d_model, rng), dy(4, c.d_model);
@@ -592,7 +571,7 @@ TEST_CASE("padding: PAD source positions get zero attention and zero gradient") 
     ModelConfig c = small_config();
     c.enc_layers = c.dec_layers = 2;
     Transformer model(c, 30);
-    const std::vector<int> target_in = {start_token(c), 1, 2, 2};
+    const std::vector<int> target_in = {start_token(c.vocab), 1, 2, 2};
     const int S = int(padded_source.size()), T = int(target_in.size());
     Matrix logits = model.forward(padded_source, target_in);
 
@@ -650,9 +629,7 @@ DataConfig tiny_data() {
     return d;
 }
 ModelConfig tiny_model(const DataConfig& d) {
-    ModelConfig c;
-    c.vocab = vocab_size(d);
-    c.max_len = d.seq_len;
+    ModelConfig c = fit_to_data(ModelConfig(), d);
     c.d_model = 8;
     c.n_heads = 2;
     c.d_ff = 12;
@@ -783,7 +760,8 @@ TEST_CASE("make_example: padding and the shifted decoder input") {
     CHECK(e.source == std::vector<int>{4, 1, 4, PAD});
     CHECK(e.target == std::vector<int>{1, 4, 4, PAD});
     CHECK(e.target_in == std::vector<int>{6, 1, 4, 4});  // START = V - 1 = 6
-    CHECK(e.target_in[0] == start_token(tiny_model(d)));
+    CHECK(e.target_in[0] == start_token(tiny_model(d).vocab));
+    CHECK(shifted_right({1, 4, 4, PAD}, 7) == e.target_in);
 }
 
 // The held-out set of the real run: 1000 distinct sources, and none of 20,000 training draws is
@@ -792,8 +770,8 @@ TEST_CASE("make_example: padding and the shifted decoder input") {
 // every one of them.
 TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") {
     DataConfig d;
-    Dataset data(d, 1000, 12345);
-    CHECK(data.held_out.size() == 1000);
+    Dataset data(d);
+    CHECK(data.held_out.size() == HELD_OUT_SIZE);
     CHECK(data.held_out_sources.size() == 1000);  // a set: 1000 entries means 1000 distinct
     for (const Example& e : data.held_out) CHECK(data.held_out_sources.count(e.source) == 1);
     Rng rng(50);
@@ -806,7 +784,7 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
     tiny.seq_len = tiny.min_len = 2;
     tiny.max_digit = 3;
     CHECK(count_sources(tiny) == 9.0);
-    Dataset small(tiny, 1000, 12345);
+    Dataset small(tiny);
     CHECK(small.held_out.size() == 4);
     std::set<std::vector<int>> trained;
     for (int i = 0; i < 2000; i++) {
@@ -834,16 +812,15 @@ TEST_CASE("greedy_decode: output length, START first, same as one causal pass") 
     for (int length = 1; length <= 4; length++) {
         std::vector<int> out = greedy_decode(model, source, length);
         REQUIRE(int(out.size()) == length);
-        std::vector<int> decoder_in = {start_token(c)};
-        decoder_in.insert(decoder_in.end(), out.begin(), out.end() - 1);
+        std::vector<int> decoder_in = shifted_right(out, c.vocab);
         CHECK(model.target_in == decoder_in);
         CHECK(model.source == source);
 
         Matrix memory = model.encode(source);
-        Matrix full = model.decode(decoder_in, memory);  // (length, V), one teacher-forced pass
+        Matrix full = model.decode(decoder_in, memory, source);  // (length, V), one teacher-forced pass
         for (int t = 0; t < length; t++) {
             std::vector<int> prefix(decoder_in.begin(), decoder_in.begin() + t + 1);
-            Matrix step = model.decode(prefix, memory);  // what greedy saw at step t
+            Matrix step = model.decode(prefix, memory, source);  // what greedy saw at step t
             for (int v = 0; v < c.vocab; v++) CHECK(step.at(t, v) == full.at(t, v));
             int best = 0;
             for (int v = 1; v < c.vocab; v++)
@@ -853,35 +830,43 @@ TEST_CASE("greedy_decode: output length, START first, same as one causal pass") 
     }
 }
 
+// Token accuracy counts the target's digits only: a PAD position (the output has ended) is not a
+// token the model got right. Exact match asks for every position, PAD included. An untrained model
+// is scored against targets it happens to produce: evaluate on examples whose target is replaced
+// by the model's own greedy output, then with one digit changed.
+TEST_CASE("evaluate: token accuracy counts digits, exact match every position") {
+    DataConfig d = tiny_data();
+    Transformer model(tiny_model(d), 8);
+    Example e = make_example({3, 1}, d);  // target 1 3 _ _
+    e.target = greedy_decode(model, e.source, d.seq_len);
+    int digits = 0;
+    for (int token : e.target) digits += token != PAD;
+    Accuracy all = evaluate(model, {e});
+    CHECK(all.exact_count == 1);
+    CHECK(all.token == 1.0);
+    std::vector<int> wrong = e.target;
+    wrong[0] = wrong[0] == 1 ? 2 : 1;  // the first position now disagrees, and is a digit
+    e.target = wrong;
+    Accuracy one_off = evaluate(model, {e});
+    CHECK(one_off.exact_count == 0);
+    int digits_now = 0;
+    for (int token : wrong) digits_now += token != PAD;
+    CHECK(one_off.token == doctest::Approx(double(digits_now - 1) / digits_now).epsilon(1e-15));
+    CHECK(digits >= 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Training
 // ---------------------------------------------------------------------------------------------
 
-// The default model, as ./sorter builds it: ModelConfig defaults match DataConfig defaults.
-ModelConfig default_model() {
-    DataConfig d;
-    ModelConfig c;
-    c.vocab = vocab_size(d);
-    c.max_len = d.seq_len;
-    return c;
-}
-
-std::string text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "[3, 1, _]"
-    std::string s = "[";
-    for (std::size_t i = 0; i < tokens.size(); i++)
-        s += (i ? ", " : "") + (tokens[i] == PAD ? std::string("_") : std::to_string(tokens[i]));
-    return s + "]";
-}
+// The default model, as ./sorter builds it.
+ModelConfig default_model() { return fit_to_data(ModelConfig(), DataConfig()); }
 
 // Train for `steps` SGD steps on fresh batches drawn from data; returns each step's loss.
 std::vector<double> train(Transformer& model, const Dataset& data, Rng& rng, int steps, int batch_size,
                           double lr) {
     std::vector<double> losses;
-    std::vector<Example> batch(batch_size);
-    for (int step = 0; step < steps; step++) {
-        for (Example& e : batch) e = data.sample(rng);
-        losses.push_back(train_step(model, batch, lr));
-    }
+    for (int step = 0; step < steps; step++) losses.push_back(train_step(model, data.draw_batch(rng, batch_size), lr));
     return losses;
 }
 
@@ -889,9 +874,9 @@ std::vector<double> train(Transformer& model, const Dataset& data, Rng& rng, int
 // loss is near log(11) = 2.4, what guessing uniformly over V = 11 tokens costs; the mean of the
 // last 20 steps must be below a quarter of it.
 TEST_CASE("training: 200 SGD steps lower the loss") {
-    Dataset data(DataConfig(), 1000, 12345);
+    Dataset data{DataConfig()};
     Transformer model(default_model(), 1);
-    Rng rng(1 ^ 0x5eedULL);
+    Rng rng = training_rng(1);
     std::vector<double> losses = train(model, data, rng, 200, 16, 0.3);
     double last20 = 0.0;
     for (int i = 180; i < 200; i++) last20 += losses[i] / 20;
@@ -905,10 +890,10 @@ TEST_CASE("training: 200 SGD steps lower the loss") {
 // (compared with ==, not approximately); another seed gives different ones.
 TEST_CASE("training: the same seed gives bit-identical parameters") {
     DataConfig d = tiny_data();
-    Dataset data(d, 100, 7);
+    Dataset data(d, {}, 100, 7);
     auto trained = [&](uint64_t seed) {
         Transformer model(tiny_model(d), seed);
-        Rng rng(seed ^ 0x5eedULL);
+        Rng rng = training_rng(seed);
         train(model, data, rng, 30, 8, 0.3);
         return model;
     };
@@ -932,9 +917,9 @@ TEST_CASE("training: the same seed gives bit-identical parameters") {
 // kept; the whole held-out set must be at least 99% exact.
 TEST_CASE("training: a trained model sorts, repeated digits included") {
     DataConfig d;
-    Dataset data(d, 1000, 12345);
+    Dataset data(d);
     Transformer model(default_model(), 1);
-    Rng rng(1 ^ 0x5eedULL);
+    Rng rng = training_rng(1);
     const int steps = 1300;
     auto t0 = std::chrono::steady_clock::now();
     std::vector<double> losses = train(model, data, rng, steps, 32, 0.3);
@@ -956,7 +941,7 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
         std::sort(sorted.begin(), sorted.end());
         std::vector<int> out = greedy_decode(model, s, d.seq_len);
         const bool held_out = data.held_out_sources.count(s) == 1;
-        std::printf("  sort %s -> %s%s%s\n", text(s).c_str(), text(out).c_str(),
+        std::printf("  sort %s -> %s%s%s\n", digits_text(s, model.config).c_str(), digits_text(out, model.config).c_str(),
                     out == sorted ? "   ok" : "   WRONG", held_out ? "   (held-out)" : "");
         CHECK(out == sorted);
     }
@@ -968,39 +953,10 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
 }
 
 
-// ---- Workbench: flags, checkpoints, pictures ----
-// main.cpp is included whole, without its main(): every check in it throws a UsageError with a
-// one-line message, so these tests call the parsing and loading functions and read that message.
-#define SORTER_NO_MAIN
-#include "main.cpp"
-
-#include <cstring>
-#include <limits>
-#include <sstream>
-
-namespace workbench_tests {
-// The names this section uses from main.cpp, declared here so that they win over any helper of
-// the same name elsewhere in this file.
-using sorter_program::Options;
-using sorter_program::UsageError;
-using sorter_program::parse_options;
-using sorter_program::join;
-using sorter_program::parse_sequence;
-using sorter_program::read_train_data;
-using sorter_program::load_train_data;
-using sorter_program::save_checkpoint;
-using sorter_program::read_checkpoint;
-using sorter_program::load_checkpoint;
-using sorter_program::run;
-using sorter_program::attention_maps;
-using sorter_program::AttentionMap;
-using sorter_program::History;
-using sorter_program::write_pictures;
-using sorter_program::svg_text;
-using sorter_program::write_svg;
-using sorter_program::naive_softmax;
-using sorter_program::training_svg;
-using sorter_program::print_loss_plot;
+// =============================================================================================
+// main.cpp: the program
+// =============================================================================================
+// Helpers for this part: a command line parsed, a scratch directory, a file read whole.
 
 // Parse a command line; returns the error message, or "" when it parsed.
 inline std::string parse_error(std::vector<std::string> args, Options* out = nullptr) {
@@ -1050,8 +1006,7 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     d.seq_len = 4;
     d.min_len = 2;
     d.max_digit = 6;
-    c.vocab = vocab_size(d);
-    c.max_len = d.seq_len;
+    c = fit_to_data(c, d);
     c.d_model = 8;
     c.n_heads = 2;
     c.d_ff = 12;
@@ -1062,13 +1017,9 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     c.activation = Activation::gelu;
     c.embed_scale = false;
     Transformer model(c, 3);
-    Dataset data(d, 20, 5);
+    Dataset data(d, {}, 20, 5);
     Rng rng(9);
-    std::vector<Example> batch(4);
-    for (int step = 0; step < 3; step++) {
-        for (Example& e : batch) e = data.sample(rng);
-        train_step(model, batch, 0.1);
-    }
+    for (int step = 0; step < 3; step++) train_step(model, data.draw_batch(rng, 4), 0.1);
     return model;
 }
 
@@ -1097,6 +1048,10 @@ inline std::string replace_once(std::string text, const std::string& from, const
     return text.replace(at, from.size(), to);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// 1. Errors and options
+// ---------------------------------------------------------------------------------------------
 
 TEST_CASE("flags: every invalid value gets one line naming the flag and the value") {
     struct Case {
@@ -1164,6 +1119,51 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
     }
 }
 
+// The table of options is the one source of --help, of parsing and of the --load check: every
+// flag in it is printed by --help, parses, and (when the checkpoint fixes it) is refused with
+// --load; the variant line lists exactly the data and variant settings that differ.
+TEST_CASE("flags: one table drives --help, parsing and the --load check") {
+    std::string help;
+    {
+        std::FILE* f = std::tmpfile();
+        REQUIRE(f != nullptr);
+        std::FILE* saved = stdout;
+        stdout = f;  // print_help writes with printf: catch it in a file
+        print_help();
+        stdout = saved;
+        std::rewind(f);
+        for (int ch; (ch = std::fgetc(f)) != EOF;) help += char(ch);
+        std::fclose(f);
+    }
+    int flags = 0, fixed = 0;
+    for (const FlagGroup& g : flag_table()) {
+        CHECK(contains(help, g.title));
+        for (const Flag& f : g.flags) {
+            INFO(f.name);
+            flags++;
+            CHECK(contains(help, "  " + f.name));
+            if (!f.fixed_by_checkpoint) continue;
+            fixed++;
+            std::vector<std::string> args = {"--load", "m.txt", f.name};
+            if (f.value == "N") args.push_back("2");
+            else if (f.value == "X") args.push_back("0.5");
+            else if (!f.value.empty()) args.push_back(f.value.substr(0, f.value.find('|')));  // a choice, a file
+            CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));
+        }
+    }
+    CHECK(flags == 33);
+    CHECK(fixed == 20);
+    CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
+
+    Options o;
+    REQUIRE(parse_error({}, &o) == "");
+    CHECK(variant_text(o) == "");
+    REQUIRE(parse_error({"--seq-len", "8", "--d-model", "32"}, &o) == "");
+    CHECK(variant_text(o) == "--seq-len 8");  // --min-len follows --seq-len; d_model is in the header
+    REQUIRE(parse_error({"--task", "reverse", "--min-len", "3", "--pos", "none", "--no-embed-scale"}, &o) == "");
+    CHECK(variant_text(o) == "--task reverse --min-len 3 --pos none --no-embed-scale");
+}
+
 TEST_CASE("flags: valid values parse, and the vocabulary follows --max-digit") {
     Options o;
     REQUIRE(parse_error({"--d-model", "32", "--heads", "4", "--d-ff", "64", "--enc-layers", "2", "--dec-layers", "3",
@@ -1195,6 +1195,10 @@ TEST_CASE("flags: valid values parse, and the vocabulary follows --max-digit") {
     REQUIRE(parse_error({"--seq-len", "8"}, &o) == "");
     CHECK(o.data.min_len == 8);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 2. Input files: --train-data and --sort
+// ---------------------------------------------------------------------------------------------
 
 TEST_CASE("--sort digits are checked against the data settings") {
     DataConfig d;  // seq_len 5, min_len 5, max_digit 9
@@ -1252,6 +1256,10 @@ TEST_CASE("--train-data: sequences are read and every bad line is named") {
         CHECK(contains(e.message, "is a directory"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// 3. Checkpoints: --save and --load
+// ---------------------------------------------------------------------------------------------
 
 TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical predictions") {
     ModelConfig c;
@@ -1388,6 +1396,60 @@ TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind")
     CHECK(read_all(dir.file("m.txt")) == checkpoint_text(other, d));
 }
 
+// --dump-step writes what reference/torch_sorter.py recomputes: the batch, each example's logits
+// and the loss, the same numbers train_step then uses (the loss to the last bit), and the
+// weights before the step as a checkpoint that loads back.
+TEST_CASE("--dump-step: the first step, bit for bit") {
+    DataConfig d = tiny_data();
+    Transformer model(tiny_model(d), 5);
+    Dataset data(d, {}, 10, 3);
+    Rng rng(4);
+    std::vector<Example> batch = data.draw_batch(rng, 3);
+    TempDir dir("dump");
+    dump_step(dir.file("step.txt"), model, batch, 0.25, d);
+    std::istringstream in(read_all(dir.file("step.txt")));
+    std::string word, loss_text;
+    in >> word >> word;
+    CHECK(word == "1");
+    double lr = 0;
+    int examples = 0;
+    in >> word >> lr >> word >> examples;
+    CHECK(lr == 0.25);
+    REQUIRE(examples == 3);
+    for (int i = 0; i < examples; i++) {
+        std::string line;
+        std::getline(in >> std::ws, line);
+        CHECK(line == "example " + std::to_string(i));
+        std::getline(in, line);
+        CHECK(line == "source " + ids_text(batch[i].source));
+        std::getline(in, line);
+        CHECK(line == "target_in " + ids_text(batch[i].target_in));
+        std::getline(in, line);
+        CHECK(line == "target " + ids_text(batch[i].target));
+        int rows = 0, cols = 0;
+        in >> word >> rows >> cols;
+        Matrix logits = model.forward(batch[i].source, batch[i].target_in);
+        REQUIRE(rows == logits.rows);
+        REQUIRE(cols == logits.cols);
+        for (double expected : logits.data) {
+            in >> word;
+            CHECK(std::strtod(word.c_str(), nullptr) == expected);
+        }
+    }
+    in >> word >> loss_text >> word;
+    CHECK(word == "checkpoint");
+    std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    DataConfig loaded_data;
+    std::istringstream checkpoint(rest);
+    Transformer before = read_checkpoint(checkpoint, "the dump", loaded_data);
+    CHECK(before.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
+    CHECK(std::strtod(loss_text.c_str(), nullptr) == train_step(model, batch, 0.25));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The run
+// ---------------------------------------------------------------------------------------------
+
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
     auto run_error = [](const std::vector<std::string>& args) {
         Options o;
@@ -1413,13 +1475,17 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
     CHECK(contains(run_error({"--train-data", dir.file("bad.txt"), "--params"}), "bad.txt line 2: 'x'"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4. Terminal pictures and 6. SVG pictures
+// ---------------------------------------------------------------------------------------------
+
 TEST_CASE("the source padding mask gives PAD positions exactly zero attention") {
     ModelConfig c;
     DataConfig d;
     d.min_len = 2;
     Transformer model(c, 1);
     std::vector<int> source = make_example({4, 2, 7}, d).source;  // 4 2 7 _ _
-    std::vector<AttentionMap> maps = attention_maps(model, source, {start_token(c), 2, 4, 7, PAD});
+    std::vector<AttentionMap> maps = attention_maps(model, source, {start_token(c.vocab), 2, 4, 7, PAD});
     for (const AttentionMap& m : maps) {
         if (contains(m.layer, "causal")) continue;  // keys are decoder tokens there
         for (int r = 0; r < m.P.rows; r++)
@@ -1458,6 +1524,10 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     CHECK_THROWS_AS(write_svg(dir.file("missing"), "x.svg", "<svg></svg>"), UsageError);
 }
 
+// ---------------------------------------------------------------------------------------------
+// 7. Demonstrations
+// ---------------------------------------------------------------------------------------------
+
 TEST_CASE("the demonstrations: the naive softmax overflows where the stable one does not") {
     std::vector<double> naive = naive_softmax({1000, 999, 998});
     CHECK(std::isnan(naive[0]));
@@ -1466,6 +1536,10 @@ TEST_CASE("the demonstrations: the naive softmax overflows where the stable one 
     Matrix P = softmax_rows(S);
     CHECK(P.data[0] == doctest::Approx(0.6652).epsilon(1e-3));
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. The training run
+// ---------------------------------------------------------------------------------------------
 
 TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     History h;
@@ -1494,4 +1568,4 @@ TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     CHECK(dir.listing().empty());
 }
 
-}  // namespace workbench_tests
+

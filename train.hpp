@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <vector>
 
@@ -20,10 +21,38 @@ struct DataConfig {
     Task task = Task::sort;
     int seq_len = 5;    // S = T: every source and target is padded with PAD to this length
     int min_len = 5;    // shortest source; below seq_len, sources have varying lengths
-    int max_digit = 9;  // digits are 1 .. max_digit, so V = max_digit + 2 (PAD and START)
+    int max_digit = 9;  // digits are 1 .. max_digit
 };
 
+// ---------------------------------------------------------------------------------------------
+// The task's wiring, stated once: every other file calls these.
+// ---------------------------------------------------------------------------------------------
+// Token ids: PAD 0, digits 1..max_digit, START = V - 1, so V = max_digit + 2.
 inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
+inline int start_token(int vocab) { return vocab - 1; }
+
+// The model's V and max_len follow from the data; its other sizes are free choices.
+inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
+    m.vocab = vocab_size(d);
+    m.max_len = d.seq_len;
+    return m;
+}
+
+// The decoder's input under teacher forcing: START, then the target shifted right by one (its last
+// token dropped), so that position t reads target[t - 1] and must predict target[t].
+inline std::vector<int> shifted_right(const std::vector<int>& target, int vocab) {
+    std::vector<int> in = {start_token(vocab)};
+    in.insert(in.end(), target.begin(), target.end() - 1);
+    return in;
+}
+
+// The held-out set: its size and its own seed, the same in every run whatever --seed says.
+constexpr int HELD_OUT_SIZE = 1000;
+constexpr uint64_t HELD_OUT_SEED = 12345;
+
+// A run's seed makes the weights (Rng(seed), in Transformer) and, through this, the training
+// draws: a second stream, so that changing the model's size does not change which examples it sees.
+inline Rng training_rng(uint64_t seed) { return Rng(seed ^ 0x5eedULL); }
 
 struct Example {
     std::vector<int> source;     // (S) digits, then PAD
@@ -42,8 +71,7 @@ inline Example make_example(const std::vector<int>& digits, const DataConfig& d)
     e.source.resize(d.seq_len, PAD);
     e.target = answer;
     e.target.resize(d.seq_len, PAD);
-    e.target_in = {d.max_digit + 1};  // START = V - 1
-    e.target_in.insert(e.target_in.end(), e.target.begin(), e.target.end() - 1);
+    e.target_in = shifted_right(e.target, vocab_size(d));
     return e;
 }
 
@@ -54,12 +82,11 @@ inline std::vector<int> random_digits(Rng& rng, const DataConfig& d) {
     return digits;
 }
 
-// How many different sources exist (sum over lengths of max_digit^len), capped at 10^12.
+// How many different sources exist: the sum over lengths of max_digit^len (99^32 still fits a double).
 inline double count_sources(const DataConfig& d) {
     double total = 0.0;
-    for (int len = d.min_len; len <= d.seq_len && total < 1e12; len++)
-        total += std::min(1e12, std::pow(double(d.max_digit), len));
-    return std::min(total, 1e12);
+    for (int len = d.min_len; len <= d.seq_len; len++) total += std::pow(double(d.max_digit), len);
+    return total;
 }
 
 // The data: a held-out set that training never sees, and a sampler of training examples.
@@ -72,8 +99,8 @@ struct Dataset {
     std::vector<std::vector<int>> train_pool;  // when not empty, training draws only from these
 
     // held_out_size is capped at half of all possible sources, so training keeps the other half.
-    Dataset(const DataConfig& d, int held_out_size, uint64_t eval_seed,
-            std::vector<std::vector<int>> pool = {})
+    explicit Dataset(const DataConfig& d, std::vector<std::vector<int>> pool = {},
+                     int held_out_size = HELD_OUT_SIZE, uint64_t eval_seed = HELD_OUT_SEED)
         : config(d), train_pool(std::move(pool)) {
         std::set<std::vector<int>> in_pool(train_pool.begin(), train_pool.end());
         double room = count_sources(d) - double(in_pool.size());
@@ -92,17 +119,25 @@ struct Dataset {
             if (!held_out_sources.count(digits)) return make_example(digits, config);
         }
     }
+    std::vector<Example> draw_batch(Rng& rng, int size) const {
+        std::vector<Example> batch;
+        for (int i = 0; i < size; i++) batch.push_back(sample(rng));
+        return batch;
+    }
 };
 
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy over each row of logits (T, V), with its gradient beside it.
 //   loss = -(1/T) sum_t log p_t[target_t],   p_t = softmax(logits[t])
 //   dL/dlogits[t] = (p_t - one_hot(target_t)) / T
+// Derivation, one row z = logits[t], target y: -log p[y] = -z[y] + log sum_v exp(z[v]), so d/dz[v] = p[v] - [v==y].
+// The 1/T is the mean over positions. (Softmax's general backward in matrix.hpp gives the same
+// numbers; with the log in front, its row term collapses to this simple form.)
 // weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
+// Every position counts, PAD targets too: PAD is how the model says "the output ends here".
 // ---------------------------------------------------------------------------------------------
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
                             Matrix& d_logits) {
-    Matrix p = softmax_rows(logits);
     int T = logits.rows;
     double loss = 0.0;
     for (int t = 0; t < T; t++) {
@@ -113,7 +148,7 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
         for (int v = 0; v < logits.cols; v++) sum += std::exp(logits.at(t, v) - max);
         loss -= (logits.at(t, target[t]) - max - std::log(sum)) / T;
         for (int v = 0; v < logits.cols; v++)
-            d_logits.at(t, v) += weight * (p.at(t, v) - (v == target[t] ? 1.0 : 0.0)) / T;
+            d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - (v == target[t] ? 1.0 : 0.0)) / T;
     }
     return loss;
 }
@@ -148,9 +183,9 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
 // ---------------------------------------------------------------------------------------------
 inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
     Matrix memory = model.encode(source);
-    std::vector<int> decoded = {start_token(model.config)};
+    std::vector<int> decoded = {start_token(model.config.vocab)};
     for (int step = 0; step < length; step++) {
-        Matrix logits = model.decode(decoded, memory);  // (step + 1, V); only the last row is new
+        Matrix logits = model.decode(decoded, memory, source);  // (step + 1, V); only the last row is new
         int last = logits.rows - 1, best = 0;
         for (int v = 1; v < logits.cols; v++)
             if (logits.at(last, v) > logits.at(last, best)) best = v;
@@ -160,24 +195,22 @@ inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>
 }
 
 struct Accuracy {
-    double token = 0.0;  // share of output positions right
-    double exact = 0.0;  // share of sequences right at every position
+    double token = 0.0;  // share of the target's digits predicted right (PAD positions not counted)
+    double exact = 0.0;  // share of sequences right at every position, PAD included
     int exact_count = 0, total = 0;
 };
 
 inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples) {
     Accuracy a;
-    long right_tokens = 0, all_tokens = 0;
+    long right_digits = 0, all_digits = 0;
     for (const Example& e : examples) {
         std::vector<int> guess = greedy_decode(model, e.source, int(e.target.size()));
-        int right = 0;
-        for (std::size_t t = 0; t < guess.size(); t++) right += guess[t] == e.target[t];
-        right_tokens += right;
-        all_tokens += long(guess.size());
-        a.exact_count += right == int(guess.size());
+        a.exact_count += guess == e.target;
+        for (std::size_t t = 0; t < guess.size(); t++)
+            if (e.target[t] != PAD) right_digits += guess[t] == e.target[t], all_digits++;
     }
     a.total = int(examples.size());
-    a.token = all_tokens ? double(right_tokens) / double(all_tokens) : 0.0;
+    a.token = all_digits ? double(right_digits) / double(all_digits) : 0.0;
     a.exact = a.total ? double(a.exact_count) / a.total : 0.0;
     return a;
 }

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""compare.py -- sorter's training speed beside its PyTorch twin's (make compare).
+
+For each row (a model size and a batch size) the programs run in turn, round after round:
+sorter --speed, then the twin in float64 (the same arithmetic as sorter), then the twin in
+float32. Running them alternately spreads the machine's drift over all three. Each program
+measures itself: training examples per second for about a second after a short warm-up, one
+thread. The table shows the median of the rounds and the ratio sorter / twin per round as
+min / median / max.
+
+Run it with /usr/bin/python3 (Debian's python3-torch is installed for that interpreter):
+    /usr/bin/python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # importing the twin below must not leave a __pycache__ folder in reference/
+from torch_sorter import HOW_TO_GET_TORCH, SORTER  # noqa: E402
+
+TWIN = Path(__file__).resolve().parent / "torch_sorter.py"
+PYTHON = "/usr/bin/python3"
+OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
+
+# name -> (d_model, heads, d_ff, layers per stack, seq_len), batch sizes
+SIZES = {
+    "default": ((16, 2, 32, 1, 5), (1, 32)),
+    "mid": ((64, 4, 256, 2, 10), (8, 32)),
+    "large": ((128, 8, 512, 4, 16), (8, 32)),
+}
+
+
+def model_flags(size):
+    d_model, heads, d_ff, layers, seq_len = size
+    return ["--d-model", str(d_model), "--heads", str(heads), "--d-ff", str(d_ff),
+            "--enc-layers", str(layers), "--dec-layers", str(layers), "--seq-len", str(seq_len)]
+
+
+def size_text(name, size):
+    d_model, heads, d_ff, layers, seq_len = size
+    return f"{name}: d_model {d_model}, heads {heads}, d_ff {d_ff}, layers {layers}+{layers}, seq_len {seq_len}"
+
+
+def twin_env():
+    """One thread everywhere, and Debian's OpenBLAS when it is installed."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if Path(OPENBLAS_DIR).is_dir():
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (OPENBLAS_DIR, env.get("LD_LIBRARY_PATH")) if p)
+    return env
+
+
+def rate_in(text, program):
+    """The examples/s number of a '<program> --speed: N training examples/s' line, or None."""
+    found = re.search(rf"^{program} --speed: ([0-9.,]+) training examples/s", text, re.M)
+    return float(found.group(1).replace(",", "")) if found else None
+
+
+def run(command, env=None):
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    return done.stdout + done.stderr
+
+
+def sorter_rate(size, batch):
+    return rate_in(run([str(SORTER), "--speed", *model_flags(size), "--batch", str(batch)]), "sorter")
+
+
+def twin_rate(size, batch, dtype, seconds):
+    command = [PYTHON, str(TWIN), "--speed", *model_flags(size), "--batch", str(batch),
+               "--dtype", dtype, "--seconds", str(seconds)]
+    text = run(command, twin_env())
+    rate = rate_in(text, "torch")
+    if rate is None:
+        raise RuntimeError(f"the twin printed no rate:\n{text}")
+    return rate
+
+
+def twin_blas():
+    """Which BLAS library the twin loads under twin_env(), from its own --speed line."""
+    text = run([PYTHON, str(TWIN), "--speed", "--seconds", "0.05"], twin_env())
+    found = re.search(r"BLAS ([^)]*)\)", text)
+    return found.group(1) if found else "unknown"
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def ratio_text(ratios):
+    if not ratios:
+        return "n/a"
+    return f"{min(ratios):.2f} / {statistics.median(ratios):.2f} / {max(ratios):.2f}"
+
+
+def measure_row(size, batch, rounds, seconds, has_sorter):
+    """Alternate the three programs for `rounds` rounds. Returns medians and per-round ratios."""
+    ours, f64, f32 = [], [], []
+    for _ in range(rounds):
+        if has_sorter:
+            ours.append(sorter_rate(size, batch))
+        f64.append(twin_rate(size, batch, "float64", seconds))
+        f32.append(twin_rate(size, batch, "float32", seconds))
+    ratios64 = [a / b for a, b in zip(ours, f64)]
+    ratios32 = [a / b for a, b in zip(ours, f32)]
+    median = statistics.median
+    return (median(ours) if ours else None), median(f64), median(f32), ratios64, ratios32
+
+
+def print_header(args, torch_version, has_sorter):
+    blas = twin_blas()
+    threads = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1"
+    if Path(OPENBLAS_DIR).is_dir():
+        threads = f"LD_LIBRARY_PATH={OPENBLAS_DIR} {threads}"
+    print(f"compare: training examples/s (draw, forward, backward, SGD), sorter beside its PyTorch twin; "
+          f"median of {args.rounds} round(s), the programs run in turn in each round")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} processors online; each program uses one thread")
+    print(f"twin: PyTorch {torch_version}, torch.set_num_threads(1), {threads}; BLAS loaded: {blas}")
+    if not has_sorter:
+        print(f"sorter: {SORTER} has no --speed yet (or is missing): its columns are n/a")
+    for name in args.rows:
+        print("  " + size_text(name, SIZES[name][0]))
+    print()
+    print(f"{'row':<20} {'sorter':>10} {'twin f64':>10} {'twin f32':>10}   "
+          f"{'sorter/f64 min/med/max':>24} {'sorter/f32 min/med/max':>24}")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="sorter's training speed beside its PyTorch twin's.")
+    p.add_argument("--rounds", type=int, default=3, help="alternations of the programs per row (default 3)")
+    p.add_argument("--seconds", type=float, default=1.0, help="the twin's measuring time per run (default 1)")
+    p.add_argument("--rows", default="default,mid,large", help="comma-separated: default, mid, large")
+    args = p.parse_args(argv)
+    args.rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in args.rows if r not in SIZES]
+    if unknown:
+        p.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(SIZES)}")
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+    probe = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"compare.py: skipped, '{PYTHON} -c \"import torch\"' failed. {HOW_TO_GET_TORCH}")
+        return 0
+    has_sorter = SORTER.exists() and sorter_rate(SIZES["default"][0], 1) is not None
+    print_header(args, probe.stdout.strip(), has_sorter)
+    for name in args.rows:
+        size, batches = SIZES[name]
+        for batch in batches:
+            ours, f64, f32, r64, r32 = measure_row(size, batch, args.rounds, args.seconds, has_sorter)
+            shown = f"{ours:10,.0f}" if ours is not None else f"{'n/a':>10}"
+            print(f"{name + ', batch ' + str(batch):<20} {shown} {f64:10,.0f} {f32:10,.0f}   "
+                  f"{ratio_text(r64):>24} {ratio_text(r32):>24}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""torch_sorter.py -- the PyTorch twin of sorter's Transformer.
+
+The same function as model.hpp and train.hpp, written a second time with PyTorch so that
+autograd, not our hand-written backward, computes the gradients. If both agree to about
+1e-15 on logits, loss and the weights after one SGD step, the C++ backward is right.
+
+Read it beside model.hpp: every class below mirrors one C++ struct and keeps its name. The
+twin works on a whole batch at once, so most tensors carry a leading batch axis B.
+
+Legend: B batch, T target length, S source length, d_model token width, n_heads heads,
+        d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+
+Modes:
+  --check   run ../sorter for a list of variants with --dump-step and compare (make reference)
+  --speed   train the twin on random sort batches and print training examples/s
+Run it with /usr/bin/python3: that is the interpreter Debian's python3-torch is installed for.
+"""
+import argparse
+import math
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # the model needs torch; --check and --speed say how to get it and skip
+    torch = None
+
+HOW_TO_GET_TORCH = "Debian: apt-get install python3-torch, then run with /usr/bin/python3"
+SORTER = Path(__file__).resolve().parent.parent / "sorter"  # the C++ program, built by make
+
+PAD = 0             # token 0; digits are 1..max_digit and START is V - 1
+MASKED = -1e9       # a blocked attention score is replaced by this, as model.hpp does
+LAYER_NORM_EPS = 1e-5
+TOLERANCE = 1e-9    # --check fails when any difference is larger
+
+
+# =============================================================================================
+# The model. Parameters are plain tensors with requires_grad, owned by the block that uses
+# them, exactly as a C++ struct owns its Params; parameters() names them as the checkpoint does.
+# =============================================================================================
+@dataclass
+class ModelConfig:  # struct ModelConfig
+    vocab: int = 11
+    max_len: int = 5
+    d_model: int = 16
+    n_heads: int = 2
+    d_ff: int = 32
+    enc_layers: int = 1
+    dec_layers: int = 1
+    norm: str = "pre"              # pre | post
+    positions: str = "sinusoidal"  # sinusoidal | learned | none
+    activation: str = "relu"       # relu | gelu
+    embed_scale: bool = True
+
+
+def xavier(rows, cols):
+    """A new (rows, cols) parameter drawn from U(-a, a), a = sqrt(6 / (rows + cols))."""
+    a = math.sqrt(6.0 / (rows + cols))
+    return torch.empty(rows, cols).uniform_(-a, a).requires_grad_()
+
+
+def constant(rows, cols, value):
+    """A new (rows, cols) parameter filled with value (biases 0, LayerNorm gamma 1)."""
+    return torch.full((rows, cols), float(value)).requires_grad_()
+
+
+class Linear:  # struct Linear: y = x W + b, W stored (d_in, d_out), so no transpose as in nn.Linear
+    def __init__(self, d_in, d_out, bias):
+        self.W = xavier(d_in, d_out)                          # (d_in, d_out)
+        self.b = constant(1, d_out, 0.0) if bias else None    # (1, d_out), or none for W_q..W_o
+
+    def __call__(self, x):  # x (..., d_in) -> (..., d_out)
+        y = x @ self.W
+        return y if self.b is None else y + self.b
+
+
+def sinusoidal_table(max_len, d_model):  # sinusoidal_table(): (max_len, d_model)
+    """sin on even columns, cos on odd; columns 2i and 2i+1 share the angle pos / 10000^(2i/d_model)."""
+    rows = []
+    for pos in range(max_len):
+        row = []
+        for c in range(d_model):
+            angle = pos / math.pow(10000.0, (c - c % 2) / d_model)
+            row.append(math.sin(angle) if c % 2 == 0 else math.cos(angle))
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+class Embedding:  # struct Embedding: X[t] = table[token_t] * scale + P[t]; one table for source and target
+    def __init__(self, c):
+        self.table = xavier(c.vocab, c.d_model)                                        # (V, d_model)
+        self.learned = xavier(c.max_len, c.d_model) if c.positions == "learned" else None
+        self.fixed = sinusoidal_table(c.max_len, c.d_model)                            # never trained
+        self.scale = math.sqrt(c.d_model) if c.embed_scale else 1.0
+        self.positions = c.positions
+
+    def position_rows(self):  # (max_len, d_model), or None: with no positions the model sees a bag of tokens
+        return {"sinusoidal": self.fixed, "learned": self.learned, "none": None}[self.positions]
+
+    def __call__(self, tokens):  # tokens (B, T) -> X (B, T, d_model)
+        X = self.table[tokens] * self.scale  # indexing is a gather; autograd scatter-adds it back
+        P = self.position_rows()
+        return X if P is None else X + P[: tokens.shape[1]]
+
+
+def padding_allowed(source):
+    """(B, S) tokens -> (B, 1, 1, S) bool: True where a key is not PAD. Broadcasts over heads and queries."""
+    return (source != PAD)[:, None, None, :]
+
+
+def causal_allowed(T):
+    """(T, T) bool: query t may look at keys 0..t, so teacher forcing cannot peek at the answer."""
+    return torch.ones(T, T, dtype=torch.bool).tril()
+
+
+def attention(Q, K, V, allowed):  # attention(): O = softmax(Q K^T / sqrt(d_k), blocked = -1e9) V
+    """Q (B, n_heads, T, d_k), K and V (B, n_heads, S, d_k), allowed broadcast to (B, n_heads, T, S) or None.
+    Returns O (B, n_heads, T, d_k)."""
+    scores = (Q @ K.transpose(-2, -1)) * (1.0 / math.sqrt(Q.shape[-1]))  # (B, n_heads, T, S)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, MASKED)  # replaced, not added: the C++ rule
+    return torch.softmax(scores, dim=-1) @ V
+
+
+class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_heads slices of d_k columns, join, W_o
+    def __init__(self, c):
+        self.n_heads, self.d_k = c.n_heads, c.d_model // c.n_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (Linear(c.d_model, c.d_model, bias=False) for _ in range(4))
+
+    def split(self, x):  # (B, L, d_model) -> (B, n_heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
+        B, L, _ = x.shape
+        return x.view(B, L, self.n_heads, self.d_k).transpose(1, 2)
+
+    def __call__(self, x_q, x_kv, allowed):  # x_q (B, T, d_model), x_kv (B, S, d_model) -> (B, T, d_model)
+        Q, K, V = self.split(self.W_q(x_q)), self.split(self.W_k(x_kv)), self.split(self.W_v(x_kv))
+        O = attention(Q, K, V, allowed)                  # (B, n_heads, T, d_k)
+        joined = O.transpose(1, 2).reshape(x_q.shape)    # (B, T, d_model): the heads side by side again
+        return self.W_o(joined)
+
+    def params(self, name):
+        return [(f"{name}.{w}", getattr(self, w).W) for w in ("W_q", "W_k", "W_v", "W_o")]
+
+
+class LayerNorm:  # struct LayerNorm: y = gamma (x - mean) / sqrt(var + eps) + beta, biased var, per row
+    def __init__(self, d_model):
+        self.gamma = constant(1, d_model, 1.0)  # (1, d_model)
+        self.beta = constant(1, d_model, 0.0)   # (1, d_model)
+
+    def __call__(self, x):  # x (..., d_model) -> same shape; torch's layer_norm uses the biased variance too
+        return F.layer_norm(x, x.shape[-1:], self.gamma[0], self.beta[0], eps=LAYER_NORM_EPS)
+
+    def params(self, name):
+        return [(f"{name}.gamma", self.gamma), (f"{name}.beta", self.beta)]
+
+
+class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act ReLU or exact GELU
+    def __init__(self, c):
+        self.layer1 = Linear(c.d_model, c.d_ff, bias=True)  # (d_model -> d_ff)
+        self.layer2 = Linear(c.d_ff, c.d_model, bias=True)  # (d_ff -> d_model)
+        self.act = torch.relu if c.activation == "relu" else F.gelu  # F.gelu is x * Phi(x), no tanh
+
+    def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., d_ff)
+        return self.layer2(self.act(self.layer1(x)))
+
+    def params(self, name):
+        return [(f"{name}.W_1", self.layer1.W), (f"{name}.b_1", self.layer1.b),
+                (f"{name}.W_2", self.layer2.W), (f"{name}.b_2", self.layer2.b)]
+
+
+class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
+    def __init__(self, c):
+        self.norm = LayerNorm(c.d_model)
+        self.where = c.norm
+
+    def input(self, x):  # what f reads
+        return self.norm(x) if self.where == "pre" else x
+
+    def output(self, x, f_out):  # the residual sum, normalised afterwards only in post-norm
+        total = x + f_out
+        return total if self.where == "pre" else self.norm(total)
+
+
+class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  x, out (B, S, d_model)
+    def __init__(self, c):
+        self.attn_sub, self.ffn_sub = Sublayer(c), Sublayer(c)
+        self.self_attn = MultiHeadAttention(c)
+        self.ffn = FeedForward(c)
+
+    def __call__(self, x, src_allowed):
+        a = self.attn_sub.input(x)
+        x1 = self.attn_sub.output(x, self.self_attn(a, a, src_allowed))
+        return self.ffn_sub.output(x1, self.ffn(self.ffn_sub.input(x1)))
+
+    def params(self, name):
+        return (self.attn_sub.norm.params(f"{name}.norm1") + self.self_attn.params(f"{name}.self_attn") +
+                self.ffn_sub.norm.params(f"{name}.norm2") + self.ffn.params(f"{name}.ffn"))
+
+
+class DecoderBlock:  # struct DecoderBlock: causal self-attention, cross-attention, feed-forward.  y (B, T, d_model)
+    def __init__(self, c):
+        self.self_sub, self.cross_sub, self.ffn_sub = Sublayer(c), Sublayer(c), Sublayer(c)
+        self.self_attn, self.cross_attn = MultiHeadAttention(c), MultiHeadAttention(c)
+        self.ffn = FeedForward(c)
+
+    def __call__(self, y, memory, causal, memory_allowed):  # memory (B, S, d_model)
+        a = self.self_sub.input(y)
+        y1 = self.self_sub.output(y, self.self_attn(a, a, causal))
+        y2 = self.cross_sub.output(y1, self.cross_attn(self.cross_sub.input(y1), memory, memory_allowed))
+        return self.ffn_sub.output(y2, self.ffn(self.ffn_sub.input(y2)))
+
+    def params(self, name):
+        return (self.self_sub.norm.params(f"{name}.norm1") + self.self_attn.params(f"{name}.self_attn") +
+                self.cross_sub.norm.params(f"{name}.norm2") + self.cross_attn.params(f"{name}.cross_attn") +
+                self.ffn_sub.norm.params(f"{name}.norm3") + self.ffn.params(f"{name}.ffn"))
+
+
+class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks, final LayerNorm, out
+    def __init__(self, c):
+        self.config = c
+        self.embed = Embedding(c)
+        self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]
+        self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
+        self.final_norm = LayerNorm(c.d_model)
+        self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
+
+    def encode(self, source):  # source (B, S) -> memory (B, S, d_model)
+        x = self.embed(source)
+        for block in self.encoder:
+            x = block(x, padding_allowed(source))
+        return x
+
+    def decode(self, target_in, memory, source):  # target_in (B, T) -> logits (B, T, V)
+        y = self.embed(target_in)
+        causal = causal_allowed(target_in.shape[1])
+        for block in self.decoder:
+            y = block(y, memory, causal, padding_allowed(source))
+        return self.out(self.final_norm(y))
+
+    def forward(self, source, target_in):
+        return self.decode(target_in, self.encode(source), source)
+
+    def parameters(self):
+        """Every learned tensor with its checkpoint name, in Transformer::parameters() order."""
+        p = [("embed.table", self.embed.table)]
+        if self.embed.learned is not None:
+            p.append(("embed.positions", self.embed.learned))
+        for i, block in enumerate(self.encoder):
+            p += block.params(f"encoder.{i}")
+        for i, block in enumerate(self.decoder):
+            p += block.params(f"decoder.{i}")
+        p += self.final_norm.params("final_norm")
+        p += [("out.W", self.out.W), ("out.b", self.out.b)]
+        return p
+
+
+# =============================================================================================
+# Loss, SGD and greedy decoding (train.hpp)
+# =============================================================================================
+def cross_entropy(logits, target):
+    """logits (B, T, V), target (B, T) -> the batch's mean loss.
+    sorter takes the mean over an example's T positions (PAD targets count: PAD ends the output),
+    then the mean over the batch; every example has the same T, so that is the mean of all B*T."""
+    B, T, V = logits.shape
+    return F.cross_entropy(logits.reshape(B * T, V), target.reshape(B * T))
+
+
+def zero_grad(params):
+    for _, p in params:
+        p.grad = None
+
+
+def sgd_update(params, lr):  # sgd_update(): w -= lr * grad
+    with torch.no_grad():
+        for _, p in params:
+            p -= lr * p.grad
+
+
+def token_label(token, vocab):
+    """How sorter prints a token: PAD as _, START as S, a digit as itself."""
+    return "_" if token == PAD else "S" if token == vocab - 1 else str(token)
+
+
+def greedy_decode(model, source, length):  # greedy_decode(): source (S ints) -> length ints
+    """Encode once, then append the argmax of the last position's logits, one token at a time.
+    torch.argmax keeps the first of equal maxima, as the C++ loop does."""
+    with torch.no_grad():
+        src = torch.tensor([source])
+        memory = model.encode(src)
+        decoded = [model.config.vocab - 1]  # START
+        for _ in range(length):
+            logits = model.decode(torch.tensor([decoded]), memory, src)  # (1, len(decoded), V)
+            decoded.append(int(torch.argmax(logits[0, -1])))
+        return decoded[1:]
+
+
+# =============================================================================================
+# Reading sorter's files: checkpoints (main.cpp section 3) and step dumps (--dump-step)
+# =============================================================================================
+@dataclass
+class Checkpoint:
+    header: dict    # key -> value text, in file order, e.g. "d_model" -> "16"
+    tensors: dict   # name -> (ROWS, COLS) float64 tensor
+
+
+def parse_checkpoint(text):
+    """The checkpoint text (whitespace-separated words) -> Checkpoint."""
+    words = text.split()
+    if words[:2] != ["sorter-checkpoint", "1"]:
+        raise ValueError(f"not a sorter checkpoint, version 1 (starts {' '.join(words[:2])!r})")
+    at, header = 2, {}
+    while words[at] != "tensor":  # key value pairs up to and including "tensors N"
+        header[words[at]] = words[at + 1]
+        at += 2
+    tensors = {}
+    for _ in range(int(header["tensors"])):
+        _, name, rows, cols = words[at:at + 4]
+        rows, cols, at = int(rows), int(cols), at + 4
+        values = [float(w) for w in words[at:at + rows * cols]]  # %.17g reads back to the same double
+        tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
+        at += rows * cols
+    if words[at:] != ["end"]:
+        raise ValueError("checkpoint: expected 'end' after the last tensor")
+    return Checkpoint(header, tensors)
+
+
+def config_from_header(h):
+    return ModelConfig(vocab=int(h["vocab"]), max_len=int(h["max_len"]), d_model=int(h["d_model"]),
+                       n_heads=int(h["n_heads"]), d_ff=int(h["d_ff"]), enc_layers=int(h["enc_layers"]),
+                       dec_layers=int(h["dec_layers"]), norm=h["norm"], positions=h["positions"],
+                       activation=h["activation"], embed_scale=h["embed_scale"] == "1")
+
+
+def model_from_checkpoint(ck):
+    """Build the model the header describes and copy every tensor in by name."""
+    model = Transformer(config_from_header(ck.header))
+    names = [name for name, _ in model.parameters()]
+    if sorted(names) != sorted(ck.tensors):
+        raise ValueError(f"checkpoint tensors {sorted(ck.tensors)} != the model's {sorted(names)}")
+    with torch.no_grad():
+        for name, p in model.parameters():
+            p.copy_(ck.tensors[name])
+    return model
+
+
+@dataclass
+class StepDump:
+    lr: float
+    sources: list = field(default_factory=list)      # B lists of S tokens
+    targets_in: list = field(default_factory=list)   # B lists of T tokens
+    targets: list = field(default_factory=list)      # B lists of T tokens
+    logits: list = field(default_factory=list)       # B tensors (T, V), before the update
+    loss: float = 0.0                                # the batch's mean loss, before the update
+    checkpoint: Checkpoint = None                    # the model before the step
+
+
+def parse_step_dump(text):
+    lines = text.splitlines()
+    if lines[0] != "sorter-step 1":
+        raise ValueError(f"not a sorter step dump, version 1 (first line {lines[0]!r})")
+    at = 1
+
+    def take(key):  # the words after `key` on the next line
+        nonlocal at
+        words = lines[at].split()
+        if not words or words[0] != key:
+            raise ValueError(f"step dump line {at + 1}: expected {key!r}, found {lines[at]!r}")
+        at += 1
+        return words[1:]
+
+    dump = StepDump(lr=float(take("lr")[0]))
+    for _ in range(int(take("examples")[0])):
+        take("example")
+        dump.sources.append([int(w) for w in take("source")])
+        dump.targets_in.append([int(w) for w in take("target_in")])
+        dump.targets.append([int(w) for w in take("target")])
+        T, V = (int(w) for w in take("logits"))
+        rows = [[float(w) for w in line.split()] for line in lines[at:at + T]]
+        dump.logits.append(torch.tensor(rows, dtype=torch.float64).view(T, V))  # view checks the count
+        at += T
+    dump.loss = float(take("loss")[0])
+    take("checkpoint")
+    dump.checkpoint = parse_checkpoint("\n".join(lines[at:]))
+    return dump
+
+
+# =============================================================================================
+# --check: one SGD step here and in sorter, for every variant
+# =============================================================================================
+VARIANTS = [  # (name, sorter flags)
+    ("default", []),
+    ("post-norm", ["--norm", "post"]),
+    ("learned positions", ["--pos", "learned"]),
+    ("no positions", ["--pos", "none"]),
+    ("gelu", ["--act", "gelu"]),
+    ("no embedding scale", ["--no-embed-scale"]),
+    ("layers 2+2", ["--enc-layers", "2", "--dec-layers", "2"]),
+    ("min-len 2 (padded sources)", ["--min-len", "2"]),
+    ("task copy", ["--task", "copy"]),
+    ("task reverse", ["--task", "reverse"]),
+    ("combined", ["--norm", "post", "--pos", "learned", "--act", "gelu", "--d-model", "8", "--heads", "4",
+                  "--seq-len", "7", "--min-len", "3", "--max-digit", "5"]),
+]
+STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
+GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant
+
+
+def run_sorter(args, cwd):
+    """Run ../sorter; on failure raise with its stderr, which names the problem."""
+    done = subprocess.run([str(SORTER), *args], cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{SORTER.name} {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def worst(a, b):
+    return float((a - b).abs().max())  # nan when either holds a nan
+
+
+def largest(values):
+    """max() that keeps a nan: Python's max() drops it unless it comes first, and nan must fail."""
+    values = list(values)
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def replay_step(dump, after):
+    """Redo the dumped step with autograd. Returns the worst |difference| of logits, loss, weights."""
+    model = model_from_checkpoint(dump.checkpoint)
+    source, target_in, target = (torch.tensor(x) for x in (dump.sources, dump.targets_in, dump.targets))
+    logits = model.forward(source, target_in)  # (B, T, V)
+    logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
+    loss = cross_entropy(logits, target)
+    loss_diff = abs(loss.item() - dump.loss)
+    loss.backward()
+    sgd_update(model.parameters(), dump.lr)
+    weight_diff = largest(worst(p.detach(), after.tensors[name]) for name, p in model.parameters())
+    return logit_diff, loss_diff, weight_diff
+
+
+def random_sources(header, count, seed):
+    """A few inputs of the checkpoint's data shape: min_len..seq_len digits in 1..max_digit."""
+    rng = random.Random(seed)
+    lo, hi, top = int(header["min_len"]), int(header["seq_len"]), int(header["max_digit"])
+    return [[rng.randint(1, top) for _ in range(rng.randint(lo, hi))] for _ in range(count)]
+
+
+def greedy_agreement(after_path, after, cwd):
+    """Decode a few inputs here and with `sorter --load AFTER --sort ...`. Returns (agreeing, total)."""
+    model = model_from_checkpoint(after)
+    seq_len, vocab = int(after.header["seq_len"]), int(after.header["vocab"])
+    agree = 0
+    inputs = random_sources(after.header, GREEDY_INPUTS, seed=2024)
+    for digits in inputs:
+        printed = run_sorter(["--load", str(after_path), "--sort", *map(str, digits)], cwd)
+        found = re.search(r"^output \[([^\]]*)\]", printed, re.M)  # "output [1, 1, 3, 5, 9]"
+        if found is None:
+            raise ValueError(f"no 'output [...]' line in sorter's answer to --sort {digits}")
+        theirs = found.group(1).split(", ")
+        ours = [token_label(t, vocab) for t in greedy_decode(model, digits + [PAD] * (seq_len - len(digits)), seq_len)]
+        agree += ours == theirs
+    return agree, len(inputs)
+
+
+def check_variant(flags, workdir):
+    dump_path, after_path = Path(workdir) / "step.txt", Path(workdir) / "after.txt"
+    run_sorter([*flags, *STEP_FLAGS, "--dump-step", str(dump_path), "--save", str(after_path)], workdir)
+    dump = parse_step_dump(dump_path.read_text())
+    after = parse_checkpoint(after_path.read_text())
+    return (*replay_step(dump, after), *greedy_agreement(after_path, after, workdir))
+
+
+def check():
+    if not SORTER.exists():
+        print(f"torch_sorter.py --check: {SORTER} not found; run make in {SORTER.parent} first")
+        return 1
+    print(f"torch_sorter.py --check: one SGD step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
+          f"PyTorch {torch.__version__} autograd, float64")
+    print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when a greedy output differs\n")
+    print(f"{'variant':<28} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}")
+    failed = 0
+    for name, flags in VARIANTS:
+        with tempfile.TemporaryDirectory(prefix="torch_sorter_") as workdir:
+            try:
+                logit, loss, weight, agree, total = check_variant(flags, workdir)
+            except (RuntimeError, ValueError) as error:  # sorter failed, or wrote a file we cannot read
+                print(f"{name:<28} FAIL: {error}")
+                failed += 1
+                continue
+        ok = all(d <= TOLERANCE for d in (logit, loss, weight)) and agree == total  # False for nan
+        failed += not ok
+        print(f"{name:<28} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{agree}/{total}':>6}{'' if ok else '  FAIL'}")
+    print(f"\n{len(VARIANTS) - failed} of {len(VARIANTS)} variants agree" + (f", {failed} FAILED" if failed else ""))
+    return 1 if failed else 0
+
+
+# =============================================================================================
+# --speed: training throughput on random sort batches
+# =============================================================================================
+def random_sort_batch(batch, seq_len, max_digit):
+    """source (B, S) random digits, target (B, T) the same sorted, target_in = START + target[:-1]."""
+    source = torch.randint(1, max_digit + 1, (batch, seq_len))
+    target = torch.sort(source, dim=1).values
+    start = torch.full((batch, 1), max_digit + 1)
+    return source, torch.cat([start, target[:, :-1]], dim=1), target
+
+
+def train_step(model, params, batch, lr):
+    zero_grad(params)
+    loss = cross_entropy(model.forward(batch[0], batch[1]), batch[2])
+    loss.backward()
+    sgd_update(params, lr)
+
+
+def blas_in_use():
+    """The BLAS libraries this process has loaded (read from /proc/self/maps), e.g. OpenBLAS."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    paths = sorted({line.split()[-1] for line in maps if "blas" in line.rsplit("/", 1)[-1].lower()})
+    return ", ".join(paths) or "none loaded"
+
+
+def speed(args):
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    config = ModelConfig(vocab=args.max_digit + 2, max_len=args.seq_len, d_model=args.d_model, n_heads=args.heads,
+                         d_ff=args.d_ff, enc_layers=args.enc_layers, dec_layers=args.dec_layers)
+    model = Transformer(config)  # built in the default dtype, set from --dtype in main()
+    params = model.parameters()
+
+    def step():  # draw, forward, backward, SGD: what sorter's --speed times too
+        train_step(model, params, random_sort_batch(args.batch, args.seq_len, args.max_digit), args.lr)
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.1 * args.seconds:  # warm-up
+        step()
+    steps, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < args.seconds:
+        step()
+        steps += 1
+    rate = steps * args.batch / elapsed
+    print(f"torch --speed: {rate:.1f} training examples/s (d_model {args.d_model}, heads {args.heads}, "
+          f"d_ff {args.d_ff}, layers {args.enc_layers}+{args.dec_layers}, seq_len {args.seq_len}, "
+          f"batch {args.batch}, {args.dtype}, {torch.get_num_threads()} thread, {steps} steps in {elapsed:.2f} s; "
+          f"BLAS {blas_in_use()})")
+    return 0
+
+
+# =============================================================================================
+# main
+# =============================================================================================
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="The PyTorch twin of sorter's Transformer.")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="compare one training step with ../sorter (make reference)")
+    mode.add_argument("--speed", action="store_true", help="print training examples/s on random sort batches")
+    p.add_argument("--d-model", type=int, default=16)
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--d-ff", type=int, default=32)
+    p.add_argument("--enc-layers", type=int, default=1)
+    p.add_argument("--dec-layers", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=5)
+    p.add_argument("--max-digit", type=int, default=9)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    p.add_argument("--seconds", type=float, default=1.0, help="measuring time after a warm-up of a tenth of it")
+    return p.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if torch is None:
+        print(f"torch_sorter.py: skipped, 'import torch' failed in {sys.executable}. {HOW_TO_GET_TORCH}")
+        return 0
+    torch.set_default_dtype(torch.float32 if args.speed and args.dtype == "float32" else torch.float64)
+    return check() if args.check else speed(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
