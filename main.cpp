@@ -733,13 +733,14 @@ inline void trace_shapes(Transformer& model, const Example& e) {
     auto product = [](const Linear& l) { return shape_text(l.x.rows, l.W.value.cols); };  // x W, not saved
     auto weights = [](const Linear& l) { return shape_text(l.W.value) + ", " + shape_text(l.b.value); };
     bool pre = c.norm == Norm::pre;
+    const std::string x_in = pre ? "LN(x)" : "x", y_in = pre ? "LN(y)" : "y";  // what a sublayer reads
     auto attention = [&](const MultiHeadAttention& m, const std::string& Q, const std::string& K,
-                         const std::string& kv) {  // kv: what the keys and values read
+                         const std::string& q_in, const std::string& kv) {  // what the queries, keys, values read
         const AttentionCache& h = m.heads[0];
-        line(pre ? "queries read LN(x)" : "queries read x", "(" + Q + ", d_model)", shape_text(m.W_q.x));
+        line("queries read " + q_in, "(" + Q + ", d_model)", shape_text(m.W_q.x));
         line("keys and values read " + kv, "(" + K + ", d_model)", shape_text(m.W_k.x));
         line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
-        line(pre ? "Q = LN(x) W_q" : "Q = x W_q", "(" + Q + ", d_model)", product(m.W_q));
+        line("Q = " + q_in + " W_q", "(" + Q + ", d_model)", product(m.W_q));
         line("K = " + kv + " W_k, V = " + kv + " W_v", "(" + K + ", d_model)", product(m.W_k));
         line("one head's Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
         line("one head's K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
@@ -748,10 +749,10 @@ inline void trace_shapes(Transformer& model, const Example& e) {
         line("n_heads heads joined side by side", "(" + Q + ", d_model)", shape_text(m.W_o.x));
         line("joined W_o, added to the residual", "(" + Q + ", d_model)", product(m.W_o));
     };
-    auto feed_forward = [&](const FeedForward& f, const std::string& N) {
-        line(pre ? "reads LN(x)" : "reads x", "(" + N + ", d_model)", shape_text(f.layer1.x));
+    auto feed_forward = [&](const FeedForward& f, const std::string& N, const std::string& in) {
+        line("reads " + in, "(" + N + ", d_model)", shape_text(f.layer1.x));
         line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weights(f.layer1));
-        line("hidden = x W_1 + b_1", "(" + N + ", d_ff)", shape_text(f.hidden));
+        line("hidden = " + in + " W_1 + b_1", "(" + N + ", d_ff)", shape_text(f.hidden));
         line(std::string(c.activation == Activation::relu ? "relu" : "gelu") + "(hidden)", "(" + N + ", d_ff)",
              shape_text(f.layer2.x));
         line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weights(f.layer2));
@@ -766,9 +767,9 @@ inline void trace_shapes(Transformer& model, const Example& e) {
     line("x = table[source] * scale + positions", "(S, d_model)", shape_text(model.encoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
         std::printf("encoder.%zu self-attention (padding mask (S, S))\n", i);
-        attention(model.encoder[i].self_attn, "S", "S", pre ? "LN(x)" : "x");
+        attention(model.encoder[i].self_attn, "S", "S", x_in, x_in);
         std::printf("encoder.%zu feed-forward\n", i);
-        feed_forward(model.encoder[i].ffn, "S");
+        feed_forward(model.encoder[i].ffn, "S", x_in);
     }
     std::printf("decoder input\n");
     line("memory = the last encoder block's output", "(S, d_model)", shape_text(model.decoder[0].cross_attn.W_k.x));
@@ -776,11 +777,11 @@ inline void trace_shapes(Transformer& model, const Example& e) {
     line("y = table[decoder input] * scale + positions", "(T, d_model)", shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         std::printf("decoder.%zu causal self-attention (causal mask (T, T))\n", i);
-        attention(model.decoder[i].self_attn, "T", "T", pre ? "LN(y)" : "y");
+        attention(model.decoder[i].self_attn, "T", "T", y_in, y_in);
         std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
-        attention(model.decoder[i].cross_attn, "T", "S", "memory");
+        attention(model.decoder[i].cross_attn, "T", "S", y_in, "memory");
         std::printf("decoder.%zu feed-forward\n", i);
-        feed_forward(model.decoder[i].ffn, "T");
+        feed_forward(model.decoder[i].ffn, "T", y_in);
     }
     std::printf("output\n");
     line("final LayerNorm", "(T, d_model)", shape_text(model.final_norm.x_hat));
@@ -1164,13 +1165,15 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
     if (!history.losses.empty()) std::printf("\n");
     print_loss_plot(history.losses);  // nothing without training
     std::size_t window = std::min<std::size_t>(FINAL_LOSS_WINDOW, history.losses.size());
-    double final_loss = std::numeric_limits<double>::quiet_NaN();  // no loss measured without training
-    if (window) final_loss = std::accumulate(history.losses.end() - window, history.losses.end(), 0.0) / double(window);
+    std::string loss = "loss - (no training)";
+    if (window)
+        loss = fmt("loss %.4f (mean of the last %zu steps)",
+                   plain_nan(std::accumulate(history.losses.end() - window, history.losses.end(), 0.0) / double(window)),
+                   window);
     Accuracy a = evaluate(model, data.held_out);
     show_examples("after training", model, shown);
-    std::printf("\nfinal: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, loss %.4f (mean of the last %zu "
-                "steps), train-time %.1f s\n",
-                100 * a.exact, a.exact_count, a.total, 100 * a.token, plain_nan(final_loss), window, train_seconds);
+    std::printf("\nfinal: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n", 100 * a.exact,
+                a.exact_count, a.total, 100 * a.token, loss.c_str(), train_seconds);
     return history;
 }
 
