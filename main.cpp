@@ -594,9 +594,9 @@ inline double max_abs(const Matrix& m, double floor = 0.0) {  // the bound of a 
 
 // Ten shades from empty to full. A cell shows where its value sits between lo and hi.
 constexpr char SHADES[] = " .:-=+*#%@";
-inline char shade(double v, double lo, double hi) {
-    double t = hi > lo ? (v - lo) / (hi - lo) : 0.0;
-    return SHADES[std::lround(std::clamp(t, 0.0, 1.0) * 9.0)];
+inline char shade(double v, double lo, double hi) {  // '?' for a value, or a range, that is nan or inf
+    double t = hi > lo ? (v / 2 - lo / 2) / (hi / 2 - lo / 2) : 0.0;  // halves: 1e308 - -1e308 would overflow
+    return std::isfinite(t) ? SHADES[std::lround(std::clamp(t, 0.0, 1.0) * 9.0)] : '?';
 }
 
 // A matrix as a grid of shades, then (with numbers) the same grid as numbers.
@@ -852,6 +852,7 @@ inline std::string svg_document(double width, double height, const std::string& 
 // t in [0, 1]: white to dark blue. t in [-1, 1] (diverging): blue, white at 0, red. Each channel
 // runs in a straight line from white (255) at t = 0 to the full colour at |t| = 1.
 inline std::string color_for(double t, bool diverging) {
+    if (!std::isfinite(t)) return "rgb(255,0,255)";  // nan or inf: magenta, a colour no finite value gets
     t = std::clamp(t, diverging ? -1.0 : 0.0, 1.0);
     const double dark_blue[3] = {8, 48, 107}, red[3] = {178, 24, 43}, blue[3] = {33, 102, 172};
     const double* full = !diverging ? dark_blue : t >= 0 ? red : blue;
