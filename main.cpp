@@ -1152,6 +1152,9 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
         if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, o.lr, o.data);
         double loss = train_step(model, batch, o.lr);
         train_seconds += seconds_since(t0);
+        if (!std::isfinite(loss))  // the logits were already nan or inf, so the weights are too: stop here
+            fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
+                     step, std::isnan(loss) ? "nan" : "inf", o.lr));
         history.losses.push_back(loss);
         recent_loss += loss, loss_count++;
         if (step % o.eval_every == 0 || step == o.steps) {
