@@ -1369,13 +1369,22 @@ void run_bench(const Options& o) {
     std::printf("peak memory (resident set): %ld kB\n", usage.ru_maxrss);
 }
 
+// The last word on the output: a full disk or a closed file shows only when the buffer is flushed,
+// so flush it and say so, rather than exit 0 with the output lost (./sorter > /dev/full).
+inline int finish_output(std::FILE* out, int status) {
+    if (std::fflush(out) == 0 && !std::ferror(out)) return status;
+    std::fprintf(stderr, "sorter: cannot write the output (is the disk full, or the file closed?)\n");
+    return 1;
+}
+
 }  // namespace sorter_program
 
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {  // a bad flag or file: one line on stderr, exit status 2
     using namespace sorter_program;
+    std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
     try {
-        return run(parse_options(argc, argv));
+        return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "sorter: %s\n", e.message.c_str());

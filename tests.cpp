@@ -1560,6 +1560,21 @@ TEST_CASE("the demonstrations: the naive softmax overflows where the stable one 
 
 // A run that diverges stops at the step whose loss is not finite, names that step and what to try,
 // and leaves nothing behind: before, --lr 1.5 --steps 6000 exited 0 with "loss nan" in its table.
+// Output that cannot be written is an error: before, ./sorter > /dev/full exited 0.
+TEST_CASE("finish_output: a write error is reported with exit status 1") {
+    std::FILE* full = std::fopen("/dev/full", "w");
+    REQUIRE(full != nullptr);
+    std::fputs("final: exact-match 100.0%\n", full);
+    CHECK(finish_output(full, 0) == 1);
+    std::fclose(full);
+    std::FILE* fine = std::tmpfile();
+    REQUIRE(fine != nullptr);
+    std::fputs("final: exact-match 100.0%\n", fine);
+    CHECK(finish_output(fine, 0) == 0);
+    CHECK(finish_output(fine, 2) == 2);  // a usage error keeps its own status
+    std::fclose(fine);
+}
+
 TEST_CASE("training stops at the step it diverges, and writes nothing") {
     TempDir dir("diverge");
     Options o;
