@@ -1235,6 +1235,11 @@ inline int run(const Options& options) {
     History history;
     if (o.load_path.empty()) {
         Dataset data(o.data, pool);
+        if (data.held_out.empty())  // half of all sources at most are held out, and half of 1 is none
+            fail(fmt("no held-out set is possible: --seq-len %d --min-len %d --max-digit %d allow only %.0f different "
+                     "input%s%s; raise --seq-len or --max-digit", o.data.seq_len, o.data.min_len, o.data.max_digit,
+                     count_sources(o.data), count_sources(o.data) == 1 ? "" : "s",
+                     pool.empty() ? "" : ", and --train-data uses them"));
         history = train_and_report(o, data, model);
     } else {
         std::printf("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, "

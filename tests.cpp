@@ -1575,6 +1575,21 @@ TEST_CASE("finish_output: a write error is reported with exit status 1") {
     std::fclose(fine);
 }
 
+// With one possible input (digits 1..1, length 1) nothing can be held out: say so before training,
+// instead of reporting "exact-match 0.0% (0/0)" as before.
+TEST_CASE("run(): a configuration with no held-out set says so") {
+    Options o;
+    REQUIRE(parse_error({"--max-digit", "1", "--seq-len", "1", "--steps", "5"}, &o) == "");
+    try {
+        run(o);
+        FAIL("trained without a held-out set");
+    } catch (const UsageError& e) {
+        CHECK(contains(e.message, "no held-out set is possible: --seq-len 1 --min-len 1 --max-digit 1 allow only 1 "
+                                  "different input;"));
+        CHECK(contains(e.message, "raise --seq-len or --max-digit"));
+    }
+}
+
 TEST_CASE("training stops at the step it diverges, and writes nothing") {
     TempDir dir("diverge");
     Options o;
