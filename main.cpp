@@ -464,7 +464,7 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
 struct WordReader {
     std::istream& in;
     std::string where;  // "--load FILE", the start of every message
-    int line = 1;
+    long long line = 1;  // 64 bits: a file of 2^31 newlines must not overflow it
     std::string at() const { return where + " line " + std::to_string(line); }  // the place, for a message
     [[noreturn]] void error(const std::string& what) const { fail(at() + ": " + what); }
     std::string next() {  // "" at the end of the file
