@@ -370,8 +370,11 @@ inline bool read_line(std::istream& in, std::string& line, std::size_t max_chars
     int c = in.get();
     if (c == EOF) return false;
     for (; c != EOF && c != '\n'; c = in.get()) {
-        if (line.size() < max_chars) line += char(c);
-        else too_long = true;
+        if (line.size() == max_chars) {  // stop at once: a file with no newline (/dev/zero) is not read to its end
+            too_long = true;
+            break;
+        }
+        line += char(c);
     }
     return true;
 }
@@ -1197,6 +1200,9 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
         if (!std::filesystem::is_directory(dir, ec))
             fail(std::string(flag) + " " + path + ": the directory " + dir.string() + " does not exist");
         if (std::filesystem::is_directory(path, ec)) fail(std::string(flag) + " " + path + ": is a directory");
+        // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name
+        if (std::filesystem::path(path).filename().string().size() + 16 > 255)
+            fail(std::string(flag) + " " + path + ": the file name is too long (at most 239 bytes)");
     }
 }
 void run_bench(const Options& o);  // section 10
@@ -1261,11 +1267,11 @@ inline int run(const Options& options) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
         print_attention(attention_maps(model, example.source, shifted_right(guess, c.vocab)), o.numbers);
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
-    if (!o.save_path.empty()) {
+    if (!o.save_path.empty()) {  // the model first: a picture that fails to write must not lose it
         save_checkpoint(o.save_path, model, o.data);
         std::printf("saved %s\n", o.save_path.c_str());
     }
+    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
     return 0;
 }
 

@@ -1247,6 +1247,10 @@ TEST_CASE("--train-data: sequences are read and every bad line is named") {
     CHECK(contains(read(""), "no sequences"));
     CHECK(contains(read("# only a comment\n\n"), "no sequences"));
     CHECK(contains(read(std::string(5000, '1') + "\n"), "line 1: longer than 4096 characters"));
+    // A line with no end is rejected at the limit, not read to its end: the stream is left unread.
+    std::istringstream endless(std::string(100000, '7'));
+    CHECK_THROWS_AS(read_train_data(endless, d, "--train-data /dev/zero"), UsageError);
+    CHECK(endless.tellg() < 5000);
     CHECK_THROWS_AS(load_train_data("/nonexistent/data.txt", d), UsageError);
     TempDir dir("train-data");
     try {
@@ -1479,6 +1483,7 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
     CHECK(contains(run_error({"--train-data", "/nonexistent/data.txt", "--params"}), "--train-data /nonexistent"));
     TempDir dir("run-paths");
     CHECK(contains(run_error({"--save", dir.path.string(), "--steps", "1"}), "is a directory"));
+    CHECK(contains(run_error({"--save", dir.file(std::string(250, 'm')), "--steps", "1"}), "file name is too long"));
     std::ofstream(dir.file("plain.txt")) << "not a directory\n";
     CHECK(contains(run_error({"--svg", dir.file("plain.txt"), "--params"}), "not a directory"));
     std::ofstream(dir.file("bad.txt")) << "5 3 9 1 1\n5 3 x 1 1\n";
