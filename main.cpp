@@ -16,13 +16,16 @@
 //
 // Legend: T target length, S source length, d_model token width, n_heads heads,
 //         d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+#include <fcntl.h>         // open with O_EXCL | O_NOFOLLOW (POSIX): the temporary file of an atomic write
 #include <sys/resource.h>  // getrusage (POSIX): peak memory for the benchmark
+#include <sys/stat.h>      // lstat, fchmod (POSIX): only a regular file is replaced, and it keeps its mode
 #include <unistd.h>        // fsync, getpid (POSIX): a checkpoint reaches the disk before it is renamed
 
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -439,20 +442,40 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d) {
 
 // Write a file atomically: to a temporary file beside it, flushed to the disk, then renamed over PATH
 // in one step. A reader sees the old file or the whole new one; a failed write leaves PATH as it was.
+// Only a regular file is replaced, and it keeps its mode (a device, a pipe or a link is refused:
+// as root, --save /dev/null would otherwise replace /dev/null). The temporary is created with
+// O_EXCL | O_NOFOLLOW, so a file or link planted at its name is never followed or overwritten, and
+// SIGINT or SIGTERM during the write remove it (on_signal, installed by main()).
+inline char pending_tmp[4096] = "";  // the temporary being written, for on_signal
+inline void on_signal(int sig) {
+    if (pending_tmp[0]) unlink(pending_tmp);  // unlink, signal and raise may be called from a handler
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
 template <typename WriteFn>
 void write_atomically(const std::string& path, const std::string& flag, WriteFn write) {
+    struct stat old{};
+    bool replacing = lstat(path.c_str(), &old) == 0;
+    if (replacing && !S_ISREG(old.st_mode))
+        fail(flag + " " + path + ": not a regular file (a directory, device, pipe or link); choose another name");
     std::string tmp = path + ".tmp-" + std::to_string(long(getpid()));
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) fail(flag + " " + path + ": cannot write (" + std::strerror(errno) + ")");
-    write(f);
-    bool ok = !std::ferror(f) && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (tmp.size() >= sizeof pending_tmp) fail(flag + " " + path + ": the path is too long");
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) fail(flag + " " + path + ": cannot write " + tmp + " (" + std::strerror(errno) + ")");
+    std::snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp.c_str());
+    FILE* f = fdopen(fd, "wb");
+    bool ok = f && (!replacing || fchmod(fd, old.st_mode & 07777) == 0);
+    if (ok) write(f);
+    ok = ok && !std::ferror(f) && std::fflush(f) == 0 && fsync(fd) == 0;
     int err = errno;
-    ok = std::fclose(f) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+    ok = (f ? std::fclose(f) : close(fd)) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
     if (!ok) {
         std::string reason = std::strerror(err ? err : errno);
         std::remove(tmp.c_str());
+        pending_tmp[0] = '\0';
         fail(flag + " " + path + ": cannot write (" + reason + ")");
     }
+    pending_tmp[0] = '\0';
 }
 inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d) {  // --save FILE
     // --load rejects nan and inf, so a diverged model is refused here rather than written unreadable.
@@ -1393,7 +1416,9 @@ inline int finish_output(std::FILE* out, int status) {
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {  // a bad flag or file: one line on stderr, exit status 2
     using namespace sorter_program;
-    std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
+    std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);
+    std::signal(SIGINT, on_signal);  // Ctrl-C during --save removes the temporary file
+    std::signal(SIGTERM, on_signal);  // line by line: ./sorter | tee log shows each line as it comes
     try {
         return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {

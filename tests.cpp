@@ -1464,6 +1464,40 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
 // 9. The run
 // ---------------------------------------------------------------------------------------------
 
+// Only a regular file is replaced, and it keeps its mode; a link planted at the temporary's name is
+// not followed. Before: --save onto a symlink or a FIFO replaced it with a regular file, a file of
+// mode 600 came back 644, and a link at NAME.tmp-PID had its target overwritten.
+TEST_CASE("atomic writes: links, pipes and modes") {
+    Transformer model(ModelConfig(), 1);
+    TempDir dir("links");
+    std::ofstream(dir.file("target.txt")) << "keep me\n";
+    std::filesystem::create_symlink(dir.file("target.txt"), dir.file("link.txt"));
+    auto save_error = [&](const std::string& path) {
+        try {
+            save_checkpoint(path, model, DataConfig());
+            return std::string();
+        } catch (const UsageError& e) {
+            return e.message;
+        }
+    };
+    CHECK(contains(save_error(dir.file("link.txt")), "not a regular file"));
+    REQUIRE(mkfifo(dir.file("pipe").c_str(), 0644) == 0);
+    CHECK(contains(save_error(dir.file("pipe")), "not a regular file"));
+    std::filesystem::create_symlink(dir.file("target.txt"),
+                                    dir.file("m.txt") + ".tmp-" + std::to_string(long(getpid())));
+    CHECK(contains(save_error(dir.file("m.txt")), "cannot write"));
+    CHECK(read_all(dir.file("target.txt")) == "keep me\n");
+    CHECK(std::filesystem::is_symlink(dir.file("link.txt")));
+
+    std::ofstream(dir.file("private.txt")) << "old\n";
+    REQUIRE(chmod(dir.file("private.txt").c_str(), 0600) == 0);
+    save_checkpoint(dir.file("private.txt"), model, DataConfig());
+    struct stat st{};
+    REQUIRE(stat(dir.file("private.txt").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(read_all(dir.file("private.txt")) != "old\n");
+}
+
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
     auto run_error = [](const std::vector<std::string>& args) {
         Options o;
