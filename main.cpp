@@ -292,7 +292,10 @@ inline void print_help() {
             text += text.size() < left ? std::string(left - text.size(), ' ') : "\n" + std::string(left, ' ');
             std::size_t column = left;  // where the next word would start, after a space
             for (const std::string& word : split_words(f.help)) {
-                if (column + word.size() > 100) text += "\n" + std::string(left, ' '), column = left;
+                if (column + word.size() > 100) {  // wrap at 100 columns, under the help of the line above
+                    text += "\n" + std::string(left, ' ');
+                    column = left;
+                }
                 text += (column > left ? " " : "") + word;
                 column += word.size() + 1;
             }
@@ -534,15 +537,21 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     if (version != "1") r.error("format version " + version + " is not supported (this program reads version 1)");
     ModelConfig c;
     DataConfig d;
-    // The header in file order; a comma between two reads keeps that order.
-    c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2), c.max_len = r.whole("max_len", 1, MAX_SEQ_LEN);
-    c.d_model = r.whole("d_model", 1, MAX_D_MODEL), c.n_heads = r.whole("n_heads", 1, MAX_HEADS);
-    c.d_ff = r.whole("d_ff", 1, MAX_D_FF), c.enc_layers = r.whole("enc_layers", 1, MAX_LAYERS);
-    c.dec_layers = r.whole("dec_layers", 1, MAX_LAYERS), c.norm = Norm(r.choice("norm", NORM_NAMES));
+    // The header, in the order write_checkpoint writes it.
+    c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
+    c.max_len = r.whole("max_len", 1, MAX_SEQ_LEN);
+    c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
+    c.n_heads = r.whole("n_heads", 1, MAX_HEADS);
+    c.d_ff = r.whole("d_ff", 1, MAX_D_FF);
+    c.enc_layers = r.whole("enc_layers", 1, MAX_LAYERS);
+    c.dec_layers = r.whole("dec_layers", 1, MAX_LAYERS);
+    c.norm = Norm(r.choice("norm", NORM_NAMES));
     c.positions = Positions(r.choice("positions", POSITION_NAMES));
     c.activation = Activation(r.choice("activation", ACTIVATION_NAMES));
-    c.embed_scale = r.whole("embed_scale", 0, 1) == 1, d.task = Task(r.choice("task", TASK_NAMES));
-    d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN), d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
+    c.embed_scale = r.whole("embed_scale", 0, 1) == 1;
+    d.task = Task(r.choice("task", TASK_NAMES));
+    d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN);
+    d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
     d.max_digit = r.whole("max_digit", 1, MAX_DIGIT);
     std::string header = where + " header: ";  // two header values that disagree
     if (c.d_model % c.n_heads != 0)
@@ -1254,10 +1263,15 @@ inline int run(const Options& options) {
     Example example = make_example(digits.empty() ? random_digits(example_rng, o.data) : digits, o.data);
     const ModelConfig& c = model.config;
     if (o.params || o.show_pe || o.trace_shapes) {  // the model as built (or loaded), without training
-        const char* gap = "";  // a blank line between two of them
-        if (o.params) print_params(model), gap = "\n";
-        if (o.show_pe) std::printf("%s", gap), print_positions(model, o.numbers), gap = "\n";
-        if (o.trace_shapes) std::printf("%s", gap), trace_shapes(model, example);
+        if (o.params) print_params(model);
+        if (o.show_pe) {
+            if (o.params) std::printf("\n");  // a blank line between two pictures
+            print_positions(model, o.numbers);
+        }
+        if (o.trace_shapes) {
+            if (o.params || o.show_pe) std::printf("\n");
+            trace_shapes(model, example);
+        }
         if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr);
         return 0;
     }
