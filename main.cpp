@@ -970,7 +970,8 @@ inline std::string training_svg(const History& h) {
     std::vector<double> ys = log_loss_points(h.losses, points);
     double lo = 0.0, hi = 0.0;
     if (!finite_range(ys, lo, hi)) body += svg_text(left + pw / 2, top + ph / 2, "loss not finite (diverged)", 12);
-    lo = std::floor(lo), hi = std::ceil(hi);
+    lo = std::floor(lo);
+    hi = std::ceil(hi);
     if (hi <= lo) hi = lo + 1;
     auto y_loss = [&](double v) { return top + ph * (hi - v) / (hi - lo); };
     for (double decade = lo; decade <= hi; decade++)
@@ -1191,15 +1192,20 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
             fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
                      step, std::isnan(loss) ? "nan" : "inf", o.lr));
         history.losses.push_back(loss);
-        recent_loss += loss, loss_count++;
+        recent_loss += loss;
+        loss_count++;
         if (step % o.eval_every == 0 || step == o.steps) {
             Accuracy a = evaluate(model, data.held_out);
             history.evals.push_back({step, recent_loss / loss_count, a.exact, a.token});
             std::printf("%8ld  %8.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(recent_loss / loss_count), 100 * a.exact,
                         100 * a.token);
-            recent_loss = 0.0, loss_count = 0;
+            recent_loss = 0.0;
+            loss_count = 0;
         }
-        if (step == o.steps / 2) show_examples("step " + std::to_string(step), model, shown), std::printf("\n");
+        if (step == o.steps / 2) {
+            show_examples("step " + std::to_string(step), model, shown);
+            std::printf("\n");
+        }
     }
     if (!history.losses.empty()) std::printf("\n");
     print_loss_plot(history.losses);  // nothing without training
@@ -1324,7 +1330,7 @@ inline double examples_per_second(const ModelConfig& m, const DataConfig& d, int
     long steps = 0;
     auto t0 = Clock::now();
     double elapsed = 0.0;
-    while ((elapsed = seconds_since(t0)) < seconds) train_step(model, data.draw_batch(rng, batch), lr), steps++;
+    for (; (elapsed = seconds_since(t0)) < seconds; steps++) train_step(model, data.draw_batch(rng, batch), lr);
     return double(steps) * batch / elapsed;
 }
 
@@ -1404,7 +1410,8 @@ void run_bench(const Options& o) {
         if (step % 100 != 0) continue;
         auto t1 = Clock::now();
         double exact = evaluate(model, data.held_out).exact;
-        decode_seconds += seconds_since(t1), decoded += long(data.held_out.size());
+        decode_seconds += seconds_since(t1);
+        decoded += long(data.held_out.size());
         for (; reached < 2 && exact >= targets[reached]; reached++)
             std::printf("  %s: %.2f s of training, step %ld, %ld examples\n", reached ? "100%" : "99%", train_seconds,
                         step, step * o.batch);
