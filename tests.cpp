@@ -852,7 +852,7 @@ TEST_CASE("evaluate: token accuracy counts digits, exact match every position") 
     int digits_now = 0;
     for (int token : wrong) digits_now += token != PAD;
     CHECK(one_off.token == doctest::Approx(double(digits_now - 1) / digits_now).epsilon(1e-15));
-    CHECK(digits >= 0);
+    CHECK(digits > 0);  // the untrained model did emit digits, so token accuracy had something to count
 }
 
 // ---------------------------------------------------------------------------------------------
