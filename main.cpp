@@ -106,22 +106,41 @@ std::string fmt(const char* format, Values... values) {  // fmt("%d of %d", 3, 5
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
 
-// strtol and strtod skip leading spaces and stop at a bad character: accept only "5", not "", " 5", "5x".
-inline bool read_in_full(const std::string& text, const char* end) {
-    return !text.empty() && !std::isspace((unsigned char)text[0]) && *end == '\0';
+// What a number is, in every flag, input file and checkpoint: decimal digits, and for a real number
+// an optional '-', fraction and exponent ("5", "0.1", "-2.5e-3", "1e+300"). Not "+5", " 5", "0x1p-3",
+// "inf" or "nan", which strtol and strtod would also take; and not "1e-400", which would become 0.
+inline bool number_syntax(const std::string& s, bool whole) {
+    std::size_t i = 0;
+    auto digits = [&] {  // one or more digits from i
+        std::size_t from = i;
+        while (i < s.size() && std::isdigit((unsigned char)s[i])) i++;
+        return i > from;
+    };
+    auto skip = [&](const char* chars) {  // one of chars at i: step over it
+        bool there = i < s.size() && s[i] != '\0' && std::strchr(chars, s[i]);
+        i += there;
+        return there;
+    };
+    if (whole) return digits() && i == s.size();
+    skip("-");
+    if (!digits() || (skip(".") && !digits())) return false;
+    if (skip("eE")) {
+        skip("+-");
+        if (!digits()) return false;
+    }
+    return i == s.size();
 }
 inline bool parse_whole(const std::string& text, long lo, long hi, long& out) {  // a whole number in [lo, hi]
-    char* end = nullptr;
     errno = 0;
-    long v = std::strtol(text.c_str(), &end, 10);
-    if (!read_in_full(text, end) || errno == ERANGE || v < lo || v > hi) return false;
+    long v = number_syntax(text, true) ? std::strtol(text.c_str(), nullptr, 10) : 0;
+    if (!number_syntax(text, true) || errno == ERANGE || v < lo || v > hi) return false;
     out = v;
     return true;
 }
-inline bool parse_finite(const std::string& text, double& out) {  // a number, but not "nan" or "inf"
-    char* end = nullptr;
-    double v = std::strtod(text.c_str(), &end);
-    if (!read_in_full(text, end) || !std::isfinite(v)) return false;
+inline bool parse_finite(const std::string& text, double& out) {  // a finite number that does not underflow to 0
+    double v = number_syntax(text, false) ? std::strtod(text.c_str(), nullptr) : 0.0;
+    bool nonzero_digits = text.substr(0, text.find_first_of("eE")).find_first_of("123456789") != std::string::npos;
+    if (!number_syntax(text, false) || !std::isfinite(v) || (v == 0.0 && nonzero_digits)) return false;
     out = v;
     return true;
 }
@@ -154,7 +173,7 @@ struct Args {
         return choice_or_fail(flag, value("one of " + join(names, ", ")), names);
     }
     double above_zero(double hi) {
-        std::string allowed = "a number above 0 and at most " + fmt("%g", hi), text = value(allowed);
+        std::string allowed = fmt("a number above 0 and at most %g, such as 0.05", hi), text = value(allowed);
         double v = 0;
         if (!parse_finite(text, v) || v <= 0.0 || v > hi) fail(flag + " " + text + ": expected " + allowed);
         return v;
@@ -336,6 +355,13 @@ inline Options parse_options(int argc, char** argv) {
     return o;
 }
 
+inline Options parse_options(std::vector<std::string> words) {  // {"--heads", "4"}, as after ./sorter
+    words.insert(words.begin(), "./sorter");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    return parse_options(int(argv.size()), argv.data());
+}
+
 // The Data and Variants settings that differ from the defaults, as flags ("--task reverse --norm post").
 inline std::string variant_text(const Options& o) {
     std::vector<std::string> v;  // (--min-len gives "" when it equals --seq-len: its default follows it)
@@ -489,6 +515,15 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d); });
 }
 
+// How many values the parameters of a model of config c hold, known before the model is built (a
+// test checks it against Transformer::parameters(), which builds the names and shapes).
+inline long parameter_count(const ModelConfig& c) {
+    long d = c.d_model, ff = c.d_ff, V = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
+    long embed = V * d + (c.positions == Positions::learned ? c.max_len * d : 0);
+    return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
+           norm + d * V + V;
+}
+
 // Reads a checkpoint word by word; a word over 64 characters is an error, so no file can make a huge string.
 struct WordReader {
     std::istream& in;
@@ -561,8 +596,18 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
     if (c.max_len != d.seq_len) fail(header + fmt("max_len %d does not match seq_len %d", c.max_len, d.seq_len));
     long count = r.whole("tensors", 1, 1000);
-    // Every size has passed the caps, so this allocation is bounded; the tensors in the file must
-    // now match the model this header describes, name by name and shape by shape.
+    // Every value takes at least two bytes (a digit and a space or newline), so a file too short for
+    // the model its header describes is refused before that model is allocated. (A pipe, which
+    // cannot tell its length, skips this; the caps on every size still bound the allocation.)
+    std::streampos here = in.tellg();
+    in.seekg(0, std::ios::end);
+    std::streamoff left = in.tellg() - here;
+    in.clear();
+    in.seekg(here);
+    if (here >= 0 && left >= 0 && left < 2 * parameter_count(c))
+        r.error(fmt("the file ends early (truncated): this header describes %ld values, and only %lld bytes follow",
+                    parameter_count(c), (long long)left));
+    // The tensors in the file must now match the model this header describes, name by name and shape by shape.
     Transformer model(c, 0);
     auto params = model.parameters();
     if (count != long(params.size()))
@@ -1354,7 +1399,8 @@ void run_speed(const Options& o) {  // --speed: one line for make compare
 #ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
 #define SORTER_CXXFLAGS "(not recorded)"
 #endif
-// The speed table of README.md's Performance section. Every figure is measured in this run.
+// The speed table of README.md's Performance section, every figure measured in this run. Each row
+// is a command line, as a user would type it after ./sorter --speed.
 void run_bench(const Options& o) {
     std::string cpu = "unknown CPU";
     std::ifstream cpuinfo("/proc/cpuinfo");
@@ -1362,37 +1408,28 @@ void run_bench(const Options& o) {
         if (line.rfind("model name", 0) == 0) cpu = line.substr(line.find(':') + 2);
     std::printf("sorter --bench: %ld processors online, %s; one thread\ncompiler: %s, flags: %s\n",
                 sysconf(_SC_NPROCESSORS_ONLN), cpu.c_str(), __VERSION__, SORTER_CXXFLAGS);
-    auto sized = [](int d_model, int heads, int d_ff, int layers, int seq_len) {
-        DataConfig d;
-        d.seq_len = d.min_len = seq_len;
-        ModelConfig m;
-        m.d_model = d_model, m.n_heads = heads, m.d_ff = d_ff, m.enc_layers = m.dec_layers = layers;
-        return std::pair{fit_to_data(m, d), d};
-    };
-    // One row of the table; with `previous` (the row above's examples/s), the ratio to it too.
-    auto row = [&](const std::string& what, std::pair<ModelConfig, DataConfig> size, int batch, double previous) {
-        double rate = examples_per_second(size.first, size.second, batch, o.lr, 1.0);
-        double flops = 3 * matmul_flops_forward(size.first, size.second);
-        std::printf("  %-34s %10.0f %14.0f %9.2f", what.c_str(), rate, flops, flops * rate * 1e-9);
-        if (previous > 0) std::printf("  %6.2f", rate / previous);
-        std::printf("\n");
-        std::fflush(stdout);
-        return rate;
-    };
-    auto small = sized(16, 2, 32, 1, 5), mid = sized(64, 4, 256, 2, 10);
-    std::printf("\ntraining (draw, forward, backward, SGD; 1 s each)   examples/s  FLOPs/example   GFLOP/s\n");
-    for (auto [name, size] : {std::pair{"default", small}, std::pair{"mid", mid}})
-        for (int batch : {1, 32}) row(std::string(name) + ", batch " + std::to_string(batch), size, batch, 0);
-    std::printf("  (default: %s; mid: %s)\n", size_text(small.first, small.second).c_str(),
-                size_text(mid.first, mid.second).c_str());
-    for (int doubling = 0; doubling < 2; doubling++) {
-        std::printf("%s doubling, batch 32 (x prev: examples/s over the row above)\n",
-                    doubling ? "d_model" : "seq_len");
-        double previous = 0;
-        for (int k = 0, n = 16; k < 4; k++, n *= 2)
-            previous = row(doubling ? "  d_model " + std::to_string(n) : "  seq_len " + std::to_string(5 << k),
-                           doubling ? sized(n, 2, 2 * n, 1, 5) : sized(16, 2, 32, 1, 5 << k), 32, previous);
+    const std::string mid = "--d-model 64 --heads 4 --d-ff 256 --enc-layers 2 --dec-layers 2 --seq-len 10";
+    struct Row { std::string what, flags; bool vs_above; };  // vs_above: print examples/s over the row above's
+    std::vector<Row> rows = {{"default, batch 1", "--batch 1", false}, {"default, batch 32", "--batch 32", false},
+                             {"mid, batch 1", mid + " --batch 1", false}, {"mid, batch 32", mid + " --batch 32", false}};
+    for (int k = 0; k < 4; k++) rows.push_back({fmt("seq_len %d", 4 << k), fmt("--seq-len %d --batch 32", 4 << k), k > 0});
+    for (int k = 0, n = 16; k < 4; k++, n *= 2)
+        rows.push_back({fmt("d_model %d", n), fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n), k > 0});
+    std::printf("\n  %-34s %10s %14s %9s %6s\n", "training, 1 s a row", "examples/s", "FLOPs/example", "GFLOP/s",
+                "x prev");
+    double previous = 0;
+    for (const Row& row : rows) {
+        Options r = parse_options(split_words(row.flags));
+        double rate = examples_per_second(r.model, r.data, r.batch, r.lr, 1.0);
+        double flops = 3 * matmul_flops_forward(r.model, r.data);
+        std::string ratio = row.vs_above ? fmt("%6.2f", rate / previous) : "";
+        std::printf("  %-34s %10.0f %14.0f %9.2f %s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,
+                    ratio.c_str());
+        previous = rate;
     }
+    Options m = parse_options(split_words(mid));
+    std::printf("  (default: %s; mid: %s)\n", size_text(DEFAULTS.model, DEFAULTS.data).c_str(),
+                size_text(m.model, m.data).c_str());
     // Time to accuracy with this run's settings (the defaults unless flags say otherwise): evaluate
     // every 100 steps, evaluation time not counted; note the first step at 99% and at 100%.
     Dataset data(o.data);

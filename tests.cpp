@@ -959,12 +959,9 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
 // Helpers for this part: a command line parsed, a scratch directory, a file read whole.
 
 // Parse a command line; returns the error message, or "" when it parsed.
-inline std::string parse_error(std::vector<std::string> args, Options* out = nullptr) {
-    args.insert(args.begin(), "./sorter");
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
+inline std::string parse_error(const std::vector<std::string>& args, Options* out = nullptr) {
     try {
-        Options o = parse_options(int(argv.size()), argv.data());
+        Options o = parse_options(args);
         if (out) *out = o;
         return "";
     } catch (const UsageError& e) {
@@ -1117,6 +1114,36 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         CHECK(message.find('\n') == std::string::npos);
         for (const std::string& part : c.must_say) CHECK(contains(message, part));
     }
+}
+
+// One rule for what a number is, for flags, --train-data, --sort and checkpoint values alike.
+TEST_CASE("numbers: one syntax everywhere; +5, hex, inf, nan and underflow to 0 are refused") {
+    double x = 0;
+    long n = 0;
+    for (const char* good : {"5", "0.1", "-2.5e-3", "1e+300", "-0", "4.9406564584124654e-324", "0.0"}) {
+        INFO(good);
+        CHECK(parse_finite(good, x));
+    }
+    CHECK(parse_finite("-2.5e-3", x));
+    CHECK(x == -2.5e-3);
+    for (const char* bad : {"+5", " 5", "5 ", "0x1p-3", "inf", "-inf", "nan", "1e-400", ".5", "5.", "1e", "--5",
+                            "1e5x", ""}) {
+        INFO("'" << bad << "'");
+        CHECK(!parse_finite(bad, x));
+    }
+    CHECK(!parse_finite(std::string("1e\0" "5", 4), x));  // a NUL byte is not a character of a number
+    CHECK(parse_whole("007", 0, 10, n));
+    CHECK(n == 7);
+    for (const char* bad : {"+5", "-0", "-1", "5.0", "1e2", "0x10", ""}) {
+        INFO("'" << bad << "'");
+        CHECK(!parse_whole(bad, -10, 1000, n));
+    }
+    CHECK(contains(parse_error({"--lr", "0x1p-3"}), "--lr 0x1p-3"));
+    CHECK(contains(parse_error({"--steps", "+5"}), "--steps +5"));
+    CHECK(contains(parse_error({"--steps", "-0"}), "--steps -0"));
+    CHECK(contains(parse_error({"--lr", "1e-400"}), "--lr 1e-400"));
+    DataConfig d;
+    CHECK_THROWS_AS(parse_sequence({"+5", "1", "2", "3", "4"}, d, "--sort"), UsageError);
 }
 
 // The table of options is the one source of --help, of parsing and of the --load check: every
@@ -1352,6 +1379,8 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"truncated inside a number", good.substr(0, good.find("tensor out.b") - 3), {"truncated"}},
         {"truncated before end", good.substr(0, good.size() - 4), {"truncated", "'end'"}},
         {"nan value", replace_once(good, first_value, "nan"), {"tensor 'embed.table' value 0: 'nan' is not a finite number"}},
+        {"underflow", replace_once(good, first_value, "1e-400"), {"value 0: '1e-400' is not a finite number"}},
+        {"plus sign", replace_once(good, first_value, "+0.5"), {"value 0: '+0.5' is not a finite number"}},
         {"inf value", replace_once(good, first_value, "-inf"), {"'-inf' is not a finite number"}},
         {"overflowing value", replace_once(good, first_value, "1e999"), {"'1e999' is not a finite number"}},
         {"text value", replace_once(good, first_value, "0.5x"), {"'0.5x'"}},
@@ -1381,6 +1410,33 @@ TEST_CASE("checkpoint: the line count does not overflow past 2^31") {
     r.line = 2147483647;
     CHECK(r.next() == "sorter-checkpoint");
     CHECK(r.at() == "--load big.txt line 2147483650");
+}
+
+// A header claiming the largest model the caps allow, and nothing after it, is refused before the
+// model is built; parameter_count, which that check uses, agrees with the model's own parameter list.
+TEST_CASE("checkpoint: a header too big for its file is refused before allocating") {
+    for (int variant = 0; variant < 3; variant++) {
+        ModelConfig c = small_config();
+        c.positions = variant == 1 ? Positions::learned : Positions::sinusoidal;
+        c.enc_layers = 1 + variant, c.dec_layers = 3 - variant, c.d_ff = 5 + variant, c.vocab = 7 + variant;
+        Transformer model(c, 1);
+        long values = 0;
+        for (auto& [name, p] : model.parameters()) values += long(p->value.data.size());
+        CHECK(parameter_count(c) == values);
+    }
+    std::string header = "sorter-checkpoint 1\nvocab 101\nmax_len 32\nd_model 256\nn_heads 64\nd_ff 1024\n"
+                         "enc_layers 8\ndec_layers 8\nnorm pre\npositions learned\nactivation relu\nembed_scale 1\n"
+                         "task sort\nseq_len 32\nmin_len 32\nmax_digit 99\ntensors 171\ntensor embed.table 101 256\n";
+    std::istringstream in(header);
+    DataConfig d;
+    std::string message;
+    try {
+        read_checkpoint(in, "--load big.txt", d);
+    } catch (const UsageError& e) {
+        message = e.message;
+    }
+    CHECK(message == "--load big.txt line 17: the file ends early (truncated): this header describes 14781541 "
+                     "values, and only 28 bytes follow");
 }
 
 TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind") {
