@@ -19,7 +19,7 @@
 #include <fcntl.h>         // open with O_EXCL | O_NOFOLLOW (POSIX): the temporary file of an atomic write
 #include <sys/resource.h>  // getrusage (POSIX): peak memory for the benchmark
 #include <sys/stat.h>      // lstat, fchmod (POSIX): only a regular file is replaced, and it keeps its mode
-#include <unistd.h>        // fsync, getpid (POSIX): a checkpoint reaches the disk before it is renamed
+#include <unistd.h>        // fsync, getpid, access (POSIX): a checkpoint reaches the disk before it is renamed
 
 #include <cctype>
 #include <cerrno>
@@ -102,6 +102,11 @@ std::string fmt(const char* format, Values... values) {  // fmt("%d of %d", 3, 5
     std::vector<char> text(std::snprintf(nullptr, 0, format, values...) + 1);
     std::snprintf(text.data(), text.size(), format, values...);
     return text.data();
+}
+inline std::string printable(const std::string& text) {  // control bytes and non-ASCII shown as \xNN
+    std::string out;
+    for (unsigned char ch : text) out += ch >= 0x20 && ch < 0x7f ? std::string(1, char(ch)) : fmt("\\x%02x", ch);
+    return out;
 }
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
@@ -723,7 +728,8 @@ inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::v
     return maps;
 }
 inline void print_attention(const std::vector<AttentionMap>& maps, bool numbers) {  // --show-attention
-    std::printf("shades '%s' run from weight 0 to 1; rows are queries, columns are keys; S = START, _ = PAD\n", SHADES);
+    std::printf("shades '%s' run from weight 0 to 1 ('?' is nan or inf); rows are queries, columns are keys; "
+                "S = START, _ = PAD\n", SHADES);
     for (const AttentionMap& m : maps)  // each after a blank line
         print_heatmap("\n" + m.layer + ", head " + std::to_string(m.head), m.P, m.queries, m.keys, 0.0, 1.0, numbers);
 }
@@ -737,7 +743,8 @@ inline void print_positions(Transformer& model, bool numbers) {
         return;
     }
     double bound = max_abs(*table);
-    std::printf("rows: positions 0..%d, columns: the d_model = %d dimensions; shades '%s' run from %.2f to %.2f\n\n",
+    std::printf("rows: positions 0..%d, columns: the d_model = %d dimensions; shades '%s' run from %.2f to %.2f "
+                "('?' is nan or inf)\n\n",
                 table->rows - 1, table->cols, SHADES, -bound, bound);
     print_heatmap("position x dimension", *table, index_labels(table->rows), index_labels(table->cols), -bound, bound,
                   numbers);
@@ -1276,6 +1283,8 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
         fail("--svg " + o.svg_dir + ": no such directory (create it first, e.g. mkdir -p " + o.svg_dir + ")");
     if (!o.svg_dir.empty() && !std::filesystem::is_directory(o.svg_dir, ec))
         fail("--svg " + o.svg_dir + ": not a directory");
+    if (!o.svg_dir.empty() && access(o.svg_dir.c_str(), W_OK) != 0)
+        fail("--svg " + o.svg_dir + ": cannot write into this directory (" + std::strerror(errno) + ")");
     for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path}}) {
         if (path.empty()) continue;
         std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -1283,6 +1292,8 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
         if (!std::filesystem::is_directory(dir, ec))
             fail(std::string(flag) + " " + path + ": the directory " + dir.string() + " does not exist");
         if (std::filesystem::is_directory(path, ec)) fail(std::string(flag) + " " + path + ": is a directory");
+        if (access(dir.c_str(), W_OK) != 0)
+            fail(std::string(flag) + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
         // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name
         if (std::filesystem::path(path).filename().string().size() + 16 > 255)
             fail(std::string(flag) + " " + path + ": the file name is too long (at most 239 bytes)");
@@ -1481,7 +1492,7 @@ int main(int argc, char** argv) {  // a bad flag or file: one line on stderr, ex
         return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {
         std::fflush(stdout);
-        std::fprintf(stderr, "sorter: %s\n", e.message.c_str());
+        std::fprintf(stderr, "sorter: %s\n", printable(e.message).c_str());  // a binary file's bytes, escaped
         return 2;
     } catch (const std::exception& e) {
         std::fflush(stdout);

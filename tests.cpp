@@ -1146,6 +1146,11 @@ TEST_CASE("numbers: one syntax everywhere; +5, hex, inf, nan and underflow to 0 
     CHECK_THROWS_AS(parse_sequence({"+5", "1", "2", "3", "4"}, d, "--sort"), UsageError);
 }
 
+TEST_CASE("printable: a bad file's raw bytes reach the terminal escaped") {
+    CHECK(printable("line 2: vocab \x1b[31mred\x01\xff") == "line 2: vocab \\x1b[31mred\\x01\\xff");
+    CHECK(printable("--lr 0.5: fine") == "--lr 0.5: fine");
+}
+
 // The table of options is the one source of --help, of parsing and of the --load check: every
 // flag in it is printed by --help, parses, and (when the checkpoint fixes it) is refused with
 // --load; the variant line lists exactly the data and variant settings that differ.
@@ -1578,6 +1583,14 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
     CHECK(contains(run_error({"--svg", dir.file("plain.txt"), "--params"}), "not a directory"));
     std::ofstream(dir.file("bad.txt")) << "5 3 9 1 1\n5 3 x 1 1\n";
     CHECK(contains(run_error({"--train-data", dir.file("bad.txt"), "--params"}), "bad.txt line 2: 'x'"));
+    std::filesystem::create_directory(dir.file("read-only"));
+    std::filesystem::permissions(dir.file("read-only"), std::filesystem::perms::owner_read |
+                                                        std::filesystem::perms::owner_exec);
+    if (geteuid() != 0) {  // root may write anywhere, so only another user can see this refusal
+        CHECK(contains(run_error({"--save", dir.file("read-only/m.txt"), "--steps", "1"}), "cannot write into"));
+        CHECK(contains(run_error({"--svg", dir.file("read-only"), "--params"}), "cannot write into this directory"));
+    }
+    std::filesystem::permissions(dir.file("read-only"), std::filesystem::perms::owner_all);
 }
 
 // ---------------------------------------------------------------------------------------------
