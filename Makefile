@@ -5,6 +5,7 @@
 #   make bench       speed table (see README.md, Performance)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
+#   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 CXX      ?= g++
 # -march=native: use this CPU's vector instructions (the binary may not run on another machine).
 CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
@@ -17,7 +18,7 @@ HEADERS  := matrix.hpp model.hpp train.hpp
 DOCTEST  := /usr/include/doctest/doctest.h
 PYTHON   := /usr/bin/python3
 
-.PHONY: all test sanitize bench reference compare clean doctest
+.PHONY: all test sanitize bench reference compare fuzz clean doctest
 
 all: sorter
 
@@ -65,5 +66,25 @@ compare: sorter
 	@if [ -x $(PYTHON) ]; then $(PYTHON) reference/compare.py; \
 	 else echo "make compare: skipped: $(PYTHON) not found (Debian: apt-get install python3-torch)"; fi
 
+# Each target of fuzz/targets.cpp, built with clang's libFuzzer and both sanitizers, runs from its
+# seed corpus for FUZZ_SECONDS. What it finds goes to fuzz/work/ (ignored by git), so the checked-in
+# seeds stay as they are; a crash stops make with the input that caused it, saved there.
+FUZZ_SECONDS  ?= 60
+FUZZ_TARGETS  := checkpoint train_data options pictures
+FUZZ_CXX      ?= clang++
+fuzz/fuzz-%: fuzz/targets.cpp main.cpp $(HEADERS) Makefile
+	$(FUZZ_CXX) $(FIXED) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -DFUZZ_$$(echo $* | tr a-z A-Z) -o $@ fuzz/targets.cpp
+
+fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/work/$$t; \
+	  echo "== fuzz $$t: $(FUZZ_SECONDS) s"; \
+	  fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=fuzz/work/$$t- fuzz/work/$$t fuzz/corpus/$$t >fuzz/work/$$t.log 2>&1; status=$$?; \
+	  grep -E '^(Done|stat::number_of_executed_units)' fuzz/work/$$t.log; \
+	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
+	done
+
 clean:
-	rm -f sorter tests tests-sanitize
+	rm -f sorter tests tests-sanitize fuzz/fuzz-*
