@@ -163,6 +163,18 @@ TEST_CASE("gradient: matmul") {
                 [&](const Matrix& G) { matmul_backward(G, A, B, dA, dB); });
 }
 
+// Every build computes the same numbers because a * b + c is rounded twice, never fused into one FMA
+// (the Makefile's -ffp-contract=off, kept out of the user's CXXFLAGS). With a = b = 1 + 2^-30, a b is
+// 1 + 2^-29 + 2^-60: rounded, the 2^-60 is lost, so -1 + a b gives 2^-29; fused, it gives 2^-29 + 2^-60.
+// Fails on a build whose flags let the compiler fuse (clang++ -O3 -march=native without the Makefile).
+TEST_CASE("arithmetic: a * b + c is rounded twice, never fused") {
+    const double a = 1.0 + std::ldexp(1.0, -30);
+    Matrix row(1, 2), column(2, 1);
+    row.data = {-1.0, a};
+    column.data = {1.0, a};
+    CHECK(matmul(row, column).data[0] == std::ldexp(1.0, -29));
+}
+
 // C = A B^T, attention's Q K^T without a transposed copy: dA = dC B, dB = dC^T A. Also checks
 // that it gives the same numbers as matmul(A, Bt) with Bt written out by hand.
 TEST_CASE("gradient: matmul_bt") {
