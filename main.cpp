@@ -799,8 +799,9 @@ inline void print_loss_plot(const std::vector<double>& losses) {
         std::string label = labelled ? fmt("%9.4f", std::pow(10.0, level)) : "";
         std::printf("%9s |%s\n", label.c_str(), points.c_str());
     }
+    std::string last = losses.size() > 1 ? std::to_string(losses.size()) : "";  // the first and last step
     std::printf("%9s +%s\n%9s  1%*s   (step)\n", "", std::string(width, '-').c_str(), "", std::max(1, width - 1),
-                std::to_string(losses.size()).c_str());
+                last.c_str());
 }
 
 // =============================================================================================
@@ -1292,6 +1293,9 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
         if (!std::filesystem::is_directory(dir, ec))
             fail(std::string(flag) + " " + path + ": the directory " + dir.string() + " does not exist");
         if (std::filesystem::is_directory(path, ec)) fail(std::string(flag) + " " + path + ": is a directory");
+        struct stat existing{};
+        if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+            fail(std::string(flag) + " " + path + ": not a regular file (a device, pipe or link); choose another name");
         if (access(dir.c_str(), W_OK) != 0)
             fail(std::string(flag) + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
         // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name

@@ -1595,6 +1595,8 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
     CHECK(contains(run_error({"--svg", dir.file("plain.txt"), "--params"}), "not a directory"));
     std::ofstream(dir.file("bad.txt")) << "5 3 9 1 1\n5 3 x 1 1\n";
     CHECK(contains(run_error({"--train-data", dir.file("bad.txt"), "--params"}), "bad.txt line 2: 'x'"));
+    REQUIRE(mkfifo(dir.file("pipe").c_str(), 0644) == 0);  // refused at once, not after a million steps
+    CHECK(contains(run_error({"--save", dir.file("pipe"), "--steps", "1000000"}), "not a regular file"));
     std::filesystem::create_directory(dir.file("read-only"));
     std::filesystem::permissions(dir.file("read-only"), std::filesystem::perms::owner_read |
                                                         std::filesystem::perms::owner_exec);
