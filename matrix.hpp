@@ -232,17 +232,52 @@ inline void gelu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Columns: multi-head attention cuts Q, K, V (n, d_model) into n_heads slices of d_k columns.
+// Blocks: a mini-batch is its sequences' rows stacked (sequence e of length T owns rows e*T ..),
+// and multi-head attention cuts each sequence's Q, K, V into n_heads slices of d_k columns.
 // ---------------------------------------------------------------------------------------------
-inline Matrix take_columns(const Matrix& X, int first, int count) {  // X (n, m) -> (n, count)
-    Matrix Y(X.rows, count);
-    for (int i = 0; i < X.rows; i++)
-        for (int j = 0; j < count; j++) Y.at(i, j) = X.at(i, first + j);
+inline Matrix take_block(const Matrix& X, int row, int rows, int col, int cols) {  // X (n, m) -> (rows, cols)
+    Matrix Y(rows, cols);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) Y.at(i, j) = X.at(row + i, col + j);
     return Y;
 }
-// forward: Y[i][j] = X[i][first + j]   so   dX[i][first + j] += dY[i][j].
-// Read the other way, the same loop also joins heads: it writes a (n, d_k) slice into (n, d_model).
-inline void add_into_columns(const Matrix& dY, int first, Matrix& dX) {  // (n, count) into (n, m)
+// forward: Y[i][j] = X[row + i][col + j]   so   dX[row + i][col + j] += dY[i][j].
+// Read the other way, the same loop also joins heads: it writes a (T, d_k) slice into (n, d_model).
+inline void add_into_block(const Matrix& dY, int row, int col, Matrix& dX) {  // (rows, cols) into (n, m)
     for (int i = 0; i < dY.rows; i++)
-        for (int j = 0; j < dY.cols; j++) dX.at(i, first + j) += dY.at(i, j);
+        for (int j = 0; j < dY.cols; j++) dX.at(row + i, col + j) += dY.at(i, j);
+}
+inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of each part, one after another
+    Matrix Y(0, parts.empty() ? 0 : parts[0].cols);
+    for (const Matrix& p : parts) Y.data.insert(Y.data.end(), p.data.begin(), p.data.end());
+    Y.rows = Y.cols ? int(Y.data.size()) / Y.cols : 0;
+    return Y;
+}
+
+// =============================================================================================
+// The same numbers, faster: skip on a first reading.
+// =============================================================================================
+// matmul_backward's dA and matmul_bt's C above are dot products along rows, each summed in order:
+// one chain of additions, which the CPU cannot split across its vector lanes without changing the
+// rounding. The versions below add the very same products in the very same order, so they give the
+// same bits (tests.cpp checks, on odd shapes), but arrange the loops as matmul does: the innermost
+// loop adds a * (a row) into a row of independent sums, which the compiler turns into vector
+// instructions. The price is a transposed copy of one input, small beside the product when a
+// mini-batch stacks many rows. The model calls these; the loops above are the reference.
+inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n)
+    Matrix Y(X.cols, X.rows);
+    for (int i = 0; i < X.rows; i++)
+        for (int j = 0; j < X.cols; j++) Y.at(j, i) = X.at(i, j);
+    return Y;
+}
+// Same as matmul_bt(A, B): C[i][j] = sum over p, in order, of A[i][p] B^T[p][j].
+inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) { return matmul(A, transpose(B)); }
+// Same as matmul_backward(dC, A, B, dA, dB).
+inline void matmul_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    accumulate(dA, matmul(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
+    for (int p = 0; p < A.cols; p++)            // dB[p][j] += A[i][p] dC[i][j], over i in order
+        for (int i = 0; i < A.rows; i++) {
+            double a = A.at(i, p);
+            for (int j = 0; j < dC.cols; j++) dB.at(p, j) += a * dC.at(i, j);
+        }
 }

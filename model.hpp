@@ -70,7 +70,7 @@ struct Linear {
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        matmul_backward(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy
+        matmul_backward_fast(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy (matrix.hpp, the end)
         return dx;
     }
 };
@@ -122,19 +122,21 @@ struct Embedding {
         if (positions == Positions::learned) return &learned.value;
         return nullptr;  // Positions::none: the model sees a bag of tokens
     }
-    Matrix forward(const std::vector<int>& tokens) const {
+    // tokens: one sequence, or n_seq sequences of equal length L one after another; row r is position r % L.
+    Matrix forward(const std::vector<int>& tokens, int n_seq = 1) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
+        int L = X.rows / n_seq;
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(t, c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(t % L, c) : 0.0);
         return X;
     }
     // forward: X[t] = table[token_t] * scale + pos[t]
     // so       table.grad[token_t] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
     //          learned.grad[t]     += dX[t]           (only when positions are learned)
     // Returns nothing: the input is token ids, which have no gradient.
-    void backward(const std::vector<int>& tokens, const Matrix& dX) {
+    void backward(const std::vector<int>& tokens, const Matrix& dX) {  // one sequence
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
                 table.grad.at(tokens[t], c) += scale * dX.at(t, c);
@@ -178,7 +180,7 @@ constexpr double MASKED = -1e9;
 // temporaries (multi-head attention's slices) are kept there without being copied.
 inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
-    Matrix scores = scale(matmul_bt(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k)
+    Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
@@ -213,45 +215,52 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
-    std::vector<AttentionCache> heads;  // n_heads saved caches; heads[h].P is head h's map
+    std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng)
         : n_heads(c.n_heads), d_k(c.d_model / c.n_heads),
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, c.d_model, false, rng),
-          W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng),
-          heads(c.n_heads) {}
+          W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
             linear->list_parameters(name + suffix, "", list);
     }
 
-    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask) {
-        Matrix Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv);  // (T|S, d_model)
-        Matrix joined(Q.rows, Q.cols);                                                // (T, d_model)
-        for (int h = 0; h < n_heads; h++) {
-            int first = h * d_k;  // head h owns columns first .. first + d_k - 1
-            Matrix O_h = attention(take_columns(Q, first, d_k), take_columns(K, first, d_k),
-                                   take_columns(V, first, d_k), mask, heads[h]);  // (T, d_k)
-            add_into_columns(O_h, first, joined);
-        }
+    // A mini-batch of n_seq sequences comes stacked: x_q (n_seq T, d_model), x_kv (n_seq S, d_model),
+    // mask (n_seq T, S). The projections see every row at once; each sequence attends only to its own.
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1) {
+        Matrix Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv);  // (n_seq T|S, d_model)
+        Matrix joined(Q.rows, Q.cols);                                                // (n_seq T, d_model)
+        int T = Q.rows / n_seq, S = K.rows / n_seq;
+        heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
+        for (int e = 0; e < n_seq; e++)
+            for (int h = 0; h < n_heads; h++) {
+                int first = h * d_k;  // head h owns columns first .. first + d_k - 1
+                Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
+                Matrix O_h = attention(take_block(Q, e * T, T, first, d_k), take_block(K, e * S, S, first, d_k),
+                                       take_block(V, e * S, S, first, d_k), mask_e, heads[e * n_heads + h]);
+                add_into_block(O_h, e * T, first, joined);  // (T, d_k)
+            }
         return W_o.forward(joined);
     }
     // Adds into d_xq (T, d_model) and d_xkv (S, d_model), which the caller zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // forward: return W_o.forward(joined)
-        int T = d_joined.rows, S = heads[0].K.rows;
-        Matrix dQ(T, n_heads * d_k), dK(S, n_heads * d_k), dV(S, n_heads * d_k);
-        for (int h = 0; h < n_heads; h++) {
-            int first = h * d_k;
-            Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-            // forward: O_h = attention(...); add_into_columns(O_h, first, joined)
-            attention_backward(take_columns(d_joined, first, d_k), heads[h], dQ_h, dK_h, dV_h);
-            // forward: take_columns(Q, first, d_k), and the same for K and V
-            add_into_columns(dQ_h, first, dQ);
-            add_into_columns(dK_h, first, dK);
-            add_into_columns(dV_h, first, dV);
-        }
+        int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
+        Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, n_heads * d_k), dV(n_seq * S, n_heads * d_k);
+        for (int e = 0; e < n_seq; e++)
+            for (int h = 0; h < n_heads; h++) {
+                int first = h * d_k;
+                Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
+                // forward: O_h = attention(...); add_into_block(O_h, e * T, first, joined)
+                attention_backward(take_block(d_joined, e * T, T, first, d_k), heads[e * n_heads + h], dQ_h, dK_h,
+                                   dV_h);
+                // forward: take_block(Q, e * T, T, first, d_k), and the same for K and V
+                add_into_block(dQ_h, e * T, first, dQ);
+                add_into_block(dK_h, e * S, first, dK);
+                add_into_block(dV_h, e * S, first, dV);
+            }
         // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
@@ -410,8 +419,8 @@ struct EncoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    Matrix forward(const Matrix& x, const Matrix& src_mask) {
-        Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask); });
+    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1) {  // n_seq sequences stacked
+        Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
         return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
     }
     Matrix backward(const Matrix& d_out) {
@@ -443,9 +452,11 @@ struct DecoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask) {
-        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal); });
-        Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask); });
+    Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
+                   int n_seq = 1) {  // n_seq sequences stacked
+        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
+        Matrix y2 = cross_sub.forward(
+            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq); });
         return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
     }
     // Returns dy and adds the memory's gradient into d_memory (S, d_model).
@@ -476,7 +487,8 @@ struct Transformer {
     LayerNorm final_norm;
     Linear out;       // (d_model -> V), with bias
 
-    std::vector<int> source, target_in;  // (S), (T): saved by encode and decode for backward
+    using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
+    Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
 
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
@@ -487,25 +499,43 @@ struct Transformer {
         out = Linear(c.d_model, c.vocab, true, rng);
     }
 
-    Matrix encode(const std::vector<int>& src) {  // -> memory (S, d_model)
-        source = src;
-        Matrix src_mask = padding_mask(int(src.size()), src);  // (S, S): no query looks at a PAD
-        Matrix x = embed.forward(src);
-        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask);
+    // A mini-batch runs as one stack of rows: sequence e owns rows e*S .. of the memory and e*T ..
+    // of the decoder's matrices and the logits. Its masks are stacked the same way.
+    Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
+        sources = srcs;
+        std::vector<Matrix> masks;  // (S, S) each: no query looks at a PAD
+        for (const std::vector<int>& s : srcs) masks.push_back(padding_mask(int(s.size()), s));
+        Matrix x = embed.forward(joined(srcs), int(srcs.size()));
+        for (EncoderBlock& block : encoder) x = block.forward(x, stack_rows(masks), int(srcs.size()));
         return x;
     }
-    // The decoder reads the source too: its cross-attention must not look at PAD source positions.
+    // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
+    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
+        targets_in = tgts_in;
+        int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
+        std::vector<Matrix> memory_masks, causal_masks;  // (T, S) and (T, T) for each sequence
+        for (const std::vector<int>& s : srcs) {
+            memory_masks.push_back(padding_mask(T, s));
+            causal_masks.push_back(causal_mask(T));
+        }
+        Matrix y = embed.forward(joined(tgts_in), n_seq);
+        for (DecoderBlock& block : decoder)
+            y = block.forward(y, memory, stack_rows(causal_masks), stack_rows(memory_masks), n_seq);
+        return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
+    }
+    Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
+    // One sequence: source (S), target_in (T), memory (S, d_model), logits (T, V).
+    Matrix encode(const std::vector<int>& src) { return encode(Batch{src}); }
     Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory, const std::vector<int>& src) {
-        target_in = tgt_in;
-        int T = int(tgt_in.size());
-        Matrix mem_mask = padding_mask(T, src);  // (T, S)
-        Matrix causal = causal_mask(T);          // (T, T)
-        Matrix y = embed.forward(tgt_in);
-        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, mem_mask);
-        return out.forward(final_norm.forward(y));  // -> logits (T, V)
+        return decode(Batch{tgt_in}, memory, Batch{src});
     }
     Matrix forward(const std::vector<int>& src, const std::vector<int>& tgt_in) {
-        return decode(tgt_in, encode(src), src);
+        return forward(Batch{src}, Batch{tgt_in});
+    }
+    static std::vector<int> joined(const Batch& seqs) {  // the tokens of every sequence, one after another
+        std::vector<int> all;
+        for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());
+        return all;
     }
 
     // Undo forward(), last step first. Adds into every parameter's grad.
@@ -513,13 +543,18 @@ struct Transformer {
         // forward: logits = out.forward(final_norm.forward(y))
         Matrix dy = final_norm.backward(out.backward(d_logits));
         // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
-        Matrix d_memory(int(source.size()), config.d_model);
+        int S = int(sources[0].size()), T = int(targets_in[0].size()), n_seq = int(sources.size());
+        Matrix d_memory(n_seq * S, config.d_model);
         for (int i = int(decoder.size()) - 1; i >= 0; i--) dy = decoder[i].backward(dy, d_memory);
-        embed.backward(target_in, dy);  // forward: y = embed.forward(tgt_in)
         // forward: x = block.forward(x, src_mask) for each encoder block; memory = x
         Matrix dx = d_memory;
         for (int i = int(encoder.size()) - 1; i >= 0; i--) dx = encoder[i].backward(dx);
-        embed.backward(source, dx);     // forward: x = embed.forward(src)
+        // forward: y = embed.forward(tgts_in) and x = embed.forward(srcs). The table is shared, so
+        // sequence by sequence, decoder side first: the order in which one sequence at a time would add.
+        for (int e = 0; e < n_seq; e++) {
+            embed.backward(targets_in[e], take_block(dy, e * T, T, 0, config.d_model));
+            embed.backward(sources[e], take_block(dx, e * S, S, 0, config.d_model));
+        }
     }
 
     // Every learned tensor with its name, in a fixed order (the checkpoint's order too).

@@ -13,6 +13,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -253,16 +254,40 @@ TEST_CASE("gradient: gelu") {
                 [&](const Matrix& G) { gelu_backward(G, X, dX); });
 }
 
-// take_columns cuts one head's slice out; add_into_columns puts its gradient back in place, and
-// the columns not taken get exactly nothing.
-TEST_CASE("gradient: take_columns / add_into_columns") {
+// take_block cuts one head's slice of one sequence out; add_into_block puts its gradient back in
+// place, and the rows and columns not taken get exactly nothing.
+TEST_CASE("gradient: take_block / add_into_block") {
     Rng rng(9);
-    Matrix X = random_matrix(3, 6, rng), dX(3, 6);
-    check_block("take_columns(2, 3)", {tensor("X", X, dX)},
-                [&] { return take_columns(X, 2, 3); },
-                [&](const Matrix& G) { add_into_columns(G, 2, dX); });
-    for (int i = 0; i < 3; i++)
-        for (int j : {0, 1, 5}) CHECK(dX.at(i, j) == 0.0);
+    Matrix X = random_matrix(5, 6, rng), dX(5, 6);
+    check_block("take_block(1, 3, 2, 3)", {tensor("X", X, dX)},
+                [&] { return take_block(X, 1, 3, 2, 3); },
+                [&](const Matrix& G) { add_into_block(G, 1, 2, dX); });
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 6; j++)
+            if (i < 1 || i > 3 || j < 2 || j > 4) CHECK(dX.at(i, j) == 0.0);
+    Matrix top(1, 2, 1.0), bottom(2, 2, 2.0), both = stack_rows({top, bottom});
+    CHECK(both.rows == 3);
+    CHECK(both.data == std::vector<double>{1, 1, 2, 2, 2, 2});
+}
+
+// The fast kernels at the end of matrix.hpp add the same products in the same order as the plain
+// loops, so they must give the same bits, on shapes that fit no neat tiling and with gradients that
+// already hold something (the fast dA adds its sum at the end, as the plain loop does).
+TEST_CASE("fast kernels: the same bits as the plain loops") {
+    Rng rng(11);
+    for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {17, 9, 13}, {40, 16, 33}}) {
+        int n = shape[0], k = shape[1], m = shape[2];
+        Matrix A = random_matrix(n, k, rng), B = random_matrix(k, m, rng), Bt = random_matrix(m, k, rng);
+        Matrix dC = random_matrix(n, m, rng), dA1 = random_matrix(n, k, rng), dB1 = random_matrix(k, m, rng);
+        Matrix dA2 = dA1, dB2 = dB1;
+        matmul_backward(dC, A, B, dA1, dB1);
+        matmul_backward_fast(dC, A, B, dA2, dB2);
+        INFO(n << " x " << k << " x " << m);
+        CHECK(dA1.data == dA2.data);
+        CHECK(dB1.data == dB2.data);
+        CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
+        CHECK(transpose(transpose(A)).data == A.data);
+    }
 }
 
 // Softmax must not overflow: a logit of 1000 would make exp() infinite without the row max
@@ -825,8 +850,8 @@ TEST_CASE("greedy_decode: output length, START first, same as one causal pass") 
         std::vector<int> out = greedy_decode(model, source, length);
         REQUIRE(int(out.size()) == length);
         std::vector<int> decoder_in = shifted_right(out, c.vocab);
-        CHECK(model.target_in == decoder_in);
-        CHECK(model.source == source);
+        CHECK(model.targets_in == Transformer::Batch{decoder_in});
+        CHECK(model.sources == Transformer::Batch{source});
 
         Matrix memory = model.encode(source);
         Matrix full = model.decode(decoder_in, memory, source);  // (length, V), one teacher-forced pass
@@ -919,6 +944,45 @@ TEST_CASE("training: the same seed gives bit-identical parameters") {
         differ += pa[i].second->value.data != po[i].second->value.data;
     }
     CHECK(differ == pa.size());  // every tensor moved differently under the other seed
+}
+
+// A mini-batch runs as one stack of rows. It must give the very bits that running its examples one
+// at a time gives (forward, loss, backward, adding into the grads): the same logits, and the same
+// gradient for every parameter, the shared embedding table included. Variable lengths (PAD), two
+// layers each side and learned positions, so every path is used.
+TEST_CASE("training: a stacked mini-batch gives the same bits as its examples one at a time") {
+    DataConfig d = tiny_data();
+    d.min_len = 2;
+    ModelConfig c = tiny_model(d);
+    c.enc_layers = c.dec_layers = 2;
+    c.positions = Positions::learned;
+    Dataset data(d, {}, 10, 7);
+    Rng rng(5);
+    std::vector<Example> batch = data.draw_batch(rng, 5);
+    Transformer one(c, 3), stacked(c, 3);
+    // one at a time, as train_step did before batches were stacked
+    one.zero_grad();
+    double loss_one = 0.0, weight = 1.0 / double(batch.size());
+    std::vector<Matrix> logits_one;
+    for (const Example& e : batch) {
+        logits_one.push_back(one.forward(e.source, e.target_in));
+        Matrix d_logits(logits_one.back().rows, logits_one.back().cols);
+        loss_one += weight * cross_entropy(logits_one.back(), e.target, weight, d_logits);
+        one.backward(d_logits);
+    }
+    double loss_stacked = train_step(stacked, batch, 0.0);  // lr 0: the weights stay, the grads remain
+    CHECK(loss_stacked == loss_one);
+    auto po = one.parameters(), ps = stacked.parameters();
+    for (std::size_t i = 0; i < po.size(); i++) {
+        INFO(po[i].first);
+        CHECK(po[i].second->grad.data == ps[i].second->grad.data);
+    }
+    Transformer::Batch sources, targets_in;
+    for (const Example& e : batch) {
+        sources.push_back(e.source);
+        targets_in.push_back(e.target_in);
+    }
+    CHECK(stacked.forward(sources, targets_in).data == stack_rows(logits_one).data);
 }
 
 // The real thing: the default model, seed 1, batch 32, lr 0.3, the same weights and the same

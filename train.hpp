@@ -155,7 +155,7 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 
 // ---------------------------------------------------------------------------------------------
 // One step of stochastic gradient descent on a mini-batch: zero every grad, add up the gradient
-// of the mean loss example by example, then move every parameter against its gradient.
+// of the mean loss over the batch, then move every parameter against its gradient.
 // ---------------------------------------------------------------------------------------------
 inline void sgd_update(Transformer& model, double lr) {
     for (auto& [name, param] : model.parameters())
@@ -163,35 +163,52 @@ inline void sgd_update(Transformer& model, double lr) {
             param->value.data[i] -= lr * param->grad.data[i];
 }
 
+// The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
 inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr) {
     model.zero_grad();
-    double loss = 0.0, weight = 1.0 / double(batch.size());
+    Transformer::Batch sources, targets_in;
     for (const Example& e : batch) {
-        Matrix logits = model.forward(e.source, e.target_in);  // (T, V)
-        Matrix d_logits(logits.rows, logits.cols);
-        loss += weight * cross_entropy(logits, e.target, weight, d_logits);
-        model.backward(d_logits);
+        sources.push_back(e.source);
+        targets_in.push_back(e.target_in);
     }
+    Matrix logits = model.forward(sources, targets_in);  // (batch T, V)
+    Matrix d_logits(logits.rows, logits.cols);
+    double loss = 0.0, weight = 1.0 / double(batch.size());
+    int T = logits.rows / int(batch.size());
+    for (int e = 0; e < int(batch.size()); e++) {
+        Matrix d_e(T, logits.cols);  // example e's share of the mean loss
+        loss += weight * cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, weight, d_e);
+        add_into_block(d_e, e * T, 0, d_logits);
+    }
+    model.backward(d_logits);
     sgd_update(model, lr);
     return loss;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: encode the source once, then grow the output one token at a time, each time
+// Greedy decoding: encode the sources once, then grow each output one token at a time, each time
 // appending the argmax of the last position's logits. The decoder input starts with the same
-// START token that teacher forcing used in training.
+// START token that teacher forcing used in training. Many sources decode together as one stack of
+// rows (a few large products instead of many small ones), with the same bits as one at a time.
 // ---------------------------------------------------------------------------------------------
-inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
-    Matrix memory = model.encode(source);
-    std::vector<int> decoded = {start_token(model.config.vocab)};
+inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources,
+                                                   int length) {
+    Matrix memory = model.encode(sources);
+    Transformer::Batch decoded(sources.size(), {start_token(model.config.vocab)});
     for (int step = 0; step < length; step++) {
-        Matrix logits = model.decode(decoded, memory, source);  // (step + 1, V); only the last row is new
-        int last = logits.rows - 1, best = 0;
-        for (int v = 1; v < logits.cols; v++)
-            if (logits.at(last, v) > logits.at(last, best)) best = v;
-        decoded.push_back(best);
+        Matrix logits = model.decode(decoded, memory, sources);  // (n_seq (step + 1), V); last rows new
+        for (std::size_t e = 0; e < decoded.size(); e++) {
+            int last = int(e + 1) * (step + 1) - 1, best = 0;  // sequence e's last row
+            for (int v = 1; v < logits.cols; v++)
+                if (logits.at(last, v) > logits.at(last, best)) best = v;
+            decoded[e].push_back(best);
+        }
     }
-    return std::vector<int>(decoded.begin() + 1, decoded.end());
+    for (std::vector<int>& d : decoded) d.erase(d.begin());  // drop START
+    return decoded;
+}
+inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
+    return greedy_decode(model, Transformer::Batch{source}, length)[0];
 }
 
 struct Accuracy {
@@ -203,11 +220,18 @@ struct Accuracy {
 inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples) {
     Accuracy a;
     long right_digits = 0, all_digits = 0;
-    for (const Example& e : examples) {
-        std::vector<int> guess = greedy_decode(model, e.source, int(e.target.size()));
-        a.exact_count += guess == e.target;
-        for (std::size_t t = 0; t < guess.size(); t++)
-            if (e.target[t] != PAD) right_digits += guess[t] == e.target[t], all_digits++;
+    const std::size_t chunk = 100;  // sequences decoded together: large products, bounded memory
+    for (std::size_t first = 0; first < examples.size(); first += chunk) {
+        Transformer::Batch sources;
+        for (std::size_t i = first; i < std::min(first + chunk, examples.size()); i++)
+            sources.push_back(examples[i].source);
+        std::vector<std::vector<int>> guesses = greedy_decode(model, sources, int(examples[first].target.size()));
+        for (std::size_t k = 0; k < guesses.size(); k++) {
+            const Example& e = examples[first + k];
+            a.exact_count += guesses[k] == e.target;
+            for (std::size_t t = 0; t < e.target.size(); t++)
+                if (e.target[t] != PAD) right_digits += guesses[k][t] == e.target[t], all_digits++;
+        }
     }
     a.total = int(examples.size());
     a.token = all_digits ? double(right_digits) / double(all_digits) : 0.0;
