@@ -270,10 +270,16 @@ inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n)
         for (int j = 0; j < X.cols; j++) Y.at(j, i) = X.at(i, j);
     return Y;
 }
+// Below FAST_MIN_ROWS rows the transposed copy costs more than it saves (measured at the default size,
+// batch 1), so there the plain loop runs: the same bits either way.
+constexpr int FAST_MIN_ROWS = 32;
 // Same as matmul_bt(A, B): C[i][j] = sum over p, in order, of A[i][p] B^T[p][j].
-inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) { return matmul(A, transpose(B)); }
+inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) {
+    return A.rows < FAST_MIN_ROWS ? matmul_bt(A, B) : matmul(A, transpose(B));
+}
 // Same as matmul_backward(dC, A, B, dA, dB).
 inline void matmul_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    if (A.rows < FAST_MIN_ROWS) return matmul_backward(dC, A, B, dA, dB);
     accumulate(dA, matmul(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
     for (int p = 0; p < A.cols; p++)            // dB[p][j] += A[i][p] dC[i][j], over i in order
         for (int i = 0; i < A.rows; i++) {
