@@ -505,8 +505,8 @@ struct Transformer {
         sources = srcs;
         std::vector<Matrix> masks;  // (S, S) each: no query looks at a PAD
         for (const std::vector<int>& s : srcs) masks.push_back(padding_mask(int(s.size()), s));
-        Matrix x = embed.forward(joined(srcs), int(srcs.size()));
-        for (EncoderBlock& block : encoder) x = block.forward(x, stack_rows(masks), int(srcs.size()));
+        Matrix src_mask = stack_rows(masks), x = embed.forward(joined(srcs), int(srcs.size()));
+        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
     // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
@@ -518,9 +518,9 @@ struct Transformer {
             memory_masks.push_back(padding_mask(T, s));
             causal_masks.push_back(causal_mask(T));
         }
+        Matrix causal = stack_rows(causal_masks), memory_mask = stack_rows(memory_masks);
         Matrix y = embed.forward(joined(tgts_in), n_seq);
-        for (DecoderBlock& block : decoder)
-            y = block.forward(y, memory, stack_rows(causal_masks), stack_rows(memory_masks), n_seq);
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
         return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
     }
     Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
