@@ -257,33 +257,66 @@ inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of eac
 // =============================================================================================
 // The same numbers, faster: skip on a first reading.
 // =============================================================================================
-// matmul_backward's dA and matmul_bt's C above are dot products along rows, each summed in order:
-// one chain of additions, which the CPU cannot split across its vector lanes without changing the
-// rounding. The versions below add the very same products in the very same order, so they give the
-// same bits (tests.cpp checks, on odd shapes), but arrange the loops as matmul does: the innermost
-// loop adds a * (a row) into a row of independent sums, which the compiler turns into vector
-// instructions. The price is a transposed copy of one input, small beside the product when a
-// mini-batch stacks many rows. The model calls these; the loops above are the reference.
+// Every entry of a product is one chain of additions, summed in order; splitting that chain across
+// vector lanes would change the rounding. So the kernels below keep each chain whole and in order,
+// and find their speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C lives in registers
+// while p runs over the whole sum, so each number loaded from A or B serves many entries, and the
+// TILE_COLS independent chains of one row fill the vector lanes. Same products, same order, same
+// bits as the loops above (tests.cpp checks, on odd shapes). The model calls these; the loops above
+// are the reference they are tested against.
+constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the fastest tile measured here
+
+// Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum.
+// op(A)[i][p] is A[i * a_row + p * a_col]: A itself (a_row = its cols, a_col = 1) or A transposed.
+template <int R, int W>
+inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B,
+                         int i0, int j0) {
+    double sum[R][W];
+    for (int r = 0; r < R; r++)
+        for (int w = 0; w < W; w++) sum[r][w] = C.at(i0 + r, j0 + w);
+    for (int p = 0; p < B.rows; p++) {
+        double a[R];
+        for (int r = 0; r < R; r++) a[r] = A[(i0 + r) * a_row + p * a_col];
+        const double* b = &B.data[std::size_t(p) * B.cols + j0];  // row p of B, from column j0
+        for (int w = 0; w < W; w++)
+            for (int r = 0; r < R; r++) sum[r][w] += a[r] * b[w];
+    }
+    for (int r = 0; r < R; r++)
+        for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = sum[r][w];
+}
+// C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
+// Full tiles first; the rows and columns left over go one at a time.
+inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B) {
+    std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
+    const double* a = A.data.data();
+    int i = 0;
+    for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) {
+        int j = 0;
+        for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<TILE_ROWS, TILE_COLS>(C, a, a_row, a_col, B, i, j);
+        for (; j < C.cols; j++) product_tile<TILE_ROWS, 1>(C, a, a_row, a_col, B, i, j);
+    }
+    for (; i < C.rows; i++) {
+        int j = 0;
+        for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<1, TILE_COLS>(C, a, a_row, a_col, B, i, j);
+        for (; j < C.cols; j++) product_tile<1, 1>(C, a, a_row, a_col, B, i, j);
+    }
+}
 inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n)
     Matrix Y(X.cols, X.rows);
     for (int i = 0; i < X.rows; i++)
         for (int j = 0; j < X.cols; j++) Y.at(j, i) = X.at(i, j);
     return Y;
 }
-// Below FAST_MIN_ROWS rows the transposed copy costs more than it saves (measured at the default size,
-// batch 1), so there the plain loop runs: the same bits either way.
-constexpr int FAST_MIN_ROWS = 32;
-// Same as matmul_bt(A, B): C[i][j] = sum over p, in order, of A[i][p] B^T[p][j].
-inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) {
-    return A.rows < FAST_MIN_ROWS ? matmul_bt(A, B) : matmul(A, transpose(B));
+// Same as matmul(A, B): every sum starts from 0.
+inline Matrix matmul_fast(const Matrix& A, const Matrix& B) {
+    Matrix C(A.rows, B.cols);
+    product_into(C, A, false, B);
+    return C;
 }
+// Same as matmul_bt(A, B), through a transposed copy of B.
+inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) { return matmul_fast(A, transpose(B)); }
 // Same as matmul_backward(dC, A, B, dA, dB).
 inline void matmul_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
-    if (A.rows < FAST_MIN_ROWS) return matmul_backward(dC, A, B, dA, dB);
-    accumulate(dA, matmul(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
-    for (int p = 0; p < A.cols; p++)            // dB[p][j] += A[i][p] dC[i][j], over i in order
-        for (int i = 0; i < A.rows; i++) {
-            double a = A.at(i, p);
-            for (int j = 0; j < dC.cols; j++) dB.at(p, j) += a * dC.at(i, j);
-        }
+    accumulate(dA, matmul_fast(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
+    product_into(dB, A, true, dC);                  // dB[p][j] += A[i][p] dC[i][j], over i in order
 }

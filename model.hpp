@@ -64,7 +64,7 @@ struct Linear {
     }
     Matrix forward(const Matrix& in) {
         x = in;
-        return b.value.empty() ? matmul(x, W.value) : add_row(matmul(x, W.value), b.value);
+        return b.value.empty() ? matmul_fast(x, W.value) : add_row(matmul_fast(x, W.value), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy

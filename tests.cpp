@@ -271,11 +271,13 @@ TEST_CASE("gradient: take_block / add_into_block") {
 }
 
 // The fast kernels at the end of matrix.hpp add the same products in the same order as the plain
-// loops, so they must give the same bits, on odd shapes (with 40 and 67 rows the fast path runs) and
-// with gradients that already hold something (the fast dA adds its sum at the end, as the plain loop does).
+// loops, so they must give the same bits: on odd shapes (full 6 x 16 tiles and the rows and columns
+// left over), and with gradients that already hold something (dA adds its sum at the end, as the
+// plain loop does; dB continues its sums from what it holds).
 TEST_CASE("fast kernels: the same bits as the plain loops") {
     Rng rng(11);
-    for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {17, 9, 13}, {40, 16, 33}, {67, 5, 3}}) {
+    for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {6, 16, 16}, {13, 9, 35}, {40, 33, 17},
+                                     {67, 5, 3}}) {
         int n = shape[0], k = shape[1], m = shape[2];
         Matrix A = random_matrix(n, k, rng), B = random_matrix(k, m, rng), Bt = random_matrix(m, k, rng);
         Matrix dC = random_matrix(n, m, rng), dA1 = random_matrix(n, k, rng), dB1 = random_matrix(k, m, rng);
@@ -285,6 +287,7 @@ TEST_CASE("fast kernels: the same bits as the plain loops") {
         INFO(n << " x " << k << " x " << m);
         CHECK(dA1.data == dA2.data);
         CHECK(dB1.data == dB2.data);
+        CHECK(matmul(A, B).data == matmul_fast(A, B).data);
         CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
         CHECK(transpose(transpose(A)).data == A.data);
     }
