@@ -247,10 +247,25 @@ inline void add_into_block(const Matrix& dY, int row, int col, Matrix& dX) {  //
     for (int i = 0; i < dY.rows; i++)
         for (int j = 0; j < dY.cols; j++) dX.at(row + i, col + j) += dY.at(i, j);
 }
+inline void append_rows(Matrix& Y, const Matrix& more) {  // Y (n, m) grows to (n + more.rows, m)
+    Y.cols = more.cols;
+    Y.data.insert(Y.data.end(), more.data.begin(), more.data.end());
+    Y.rows += more.rows;
+}
 inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of each part, one after another
-    Matrix Y(0, parts.empty() ? 0 : parts[0].cols);
-    for (const Matrix& p : parts) Y.data.insert(Y.data.end(), p.data.begin(), p.data.end());
-    Y.rows = Y.cols ? int(Y.data.size()) / Y.cols : 0;
+    Matrix Y;
+    for (const Matrix& p : parts) append_rows(Y, p);
+    return Y;
+}
+// n_seq sequences in A (n_seq a, m) and in B (n_seq b, m) -> (n_seq (a + b), m): each sequence's rows
+// from A, then its rows from B. Greedy decoding grows every sequence by one row this way.
+inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
+    Matrix Y;
+    int a = A.rows / n_seq, b = B.rows / n_seq;
+    for (int e = 0; e < n_seq; e++) {
+        append_rows(Y, take_block(A, e * a, a, 0, A.cols));
+        append_rows(Y, take_block(B, e * b, b, 0, B.cols));
+    }
     return Y;
 }
 

@@ -122,14 +122,15 @@ struct Embedding {
         if (positions == Positions::learned) return &learned.value;
         return nullptr;  // Positions::none: the model sees a bag of tokens
     }
-    // tokens: one sequence, or n_seq sequences of equal length L one after another; row r is position r % L.
-    Matrix forward(const std::vector<int>& tokens, int n_seq = 1) const {
+    // tokens: one sequence, or n_seq sequences of equal length L one after another; row r is position
+    // first + r % L (first > 0: greedy decoding's newest tokens, one per sequence).
+    Matrix forward(const std::vector<int>& tokens, int n_seq = 1, int first = 0) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
         int L = X.rows / n_seq;
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(t % L, c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(first + t % L, c) : 0.0);
         return X;
     }
     // forward: X[t] = table[token_t] * scale + pos[t]
@@ -212,9 +213,17 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
 // ---------------------------------------------------------------------------------------------
+// Keys and values come fresh from x_kv in training. Greedy decoding (train.hpp) feeds each sequence's
+// newest row only, and the attention keeps what it made before: KV::append adds the new rows' keys and
+// values to those kept (causal self-attention), KV::keep reuses them as they are (cross-attention to
+// the memory). Same bits as a fresh pass over the whole prefix, whose later keys are masked and add
+// exactly 0 to the softmax's sum and to P V.
+enum class KV { fresh, append, keep };
+
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
+    Matrix K, V;                        // (n_seq S, d_model): the keys and values of the last call
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
@@ -229,9 +238,11 @@ struct MultiHeadAttention {
 
     // A mini-batch of n_seq sequences comes stacked: x_q (n_seq T, d_model), x_kv (n_seq S, d_model),
     // mask (n_seq T, S). The projections see every row at once; each sequence attends only to its own.
-    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1) {
-        Matrix Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv);  // (n_seq T|S, d_model)
-        Matrix joined(Q.rows, Q.cols);                                                // (n_seq T, d_model)
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh) {
+        Matrix Q = W_q.forward(x_q);  // (n_seq T, d_model)
+        if (kv == KV::fresh) K = W_k.forward(x_kv), V = W_v.forward(x_kv);
+        if (kv == KV::append) K = join_sequences(K, W_k.forward(x_kv), n_seq), V = join_sequences(V, W_v.forward(x_kv), n_seq);
+        Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq;
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
         for (int e = 0; e < n_seq; e++)
@@ -452,11 +463,14 @@ struct DecoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
+    // n_seq sequences stacked. next_row: y holds each sequence's newest row only, and the attentions
+    // go on from the keys and values they kept (Transformer::decode_next).
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
-                   int n_seq = 1) {  // n_seq sequences stacked
-        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
+                   int n_seq = 1, bool next_row = false) {
+        KV self_kv = next_row ? KV::append : KV::fresh, cross_kv = next_row ? KV::keep : KV::fresh;
+        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv); });
         Matrix y2 = cross_sub.forward(
-            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq); });
+            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv); });
         return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
     }
     // Returns dy and adds the memory's gradient into d_memory (S, d_model).
@@ -524,6 +538,17 @@ struct Transformer {
         return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
     }
     Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
+    // Greedy decoding's step (train.hpp): only the newest token of each sequence, at `position`, goes
+    // through the decoder; its attentions reuse the keys and values of the earlier positions (position 0
+    // starts afresh). The rows are those decode() would give last for the whole prefix, bit for bit.
+    Matrix decode_next(const std::vector<int>& newest, int position, const Matrix& memory, const Batch& srcs) {
+        int n_seq = int(newest.size());  // -> logits (n_seq, V)
+        std::vector<Matrix> memory_masks;  // (1, S) each
+        for (const std::vector<int>& s : srcs) memory_masks.push_back(padding_mask(1, s));
+        Matrix memory_mask = stack_rows(memory_masks), y = embed.forward(newest, n_seq, position);
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, Matrix(), memory_mask, n_seq, position > 0);
+        return out.forward(final_norm.forward(y));
+    }
     // One sequence: source (S), target_in (T), memory (S, d_model), logits (T, V).
     Matrix encode(const std::vector<int>& src) { return encode(Batch{src}); }
     Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory, const std::vector<int>& src) {

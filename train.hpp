@@ -188,23 +188,24 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
 // ---------------------------------------------------------------------------------------------
 // Greedy decoding: encode the sources once, then grow each output one token at a time, each time
 // appending the argmax of the last position's logits. The decoder input starts with the same
-// START token that teacher forcing used in training. Many sources decode together as one stack of
-// rows (a few large products instead of many small ones), with the same bits as one at a time.
+// START token that teacher forcing used in training. Each step runs only the newest token through
+// the decoder (decode_next: the earlier positions' keys and values are kept), and many sources decode
+// together as one stack of rows, with the same bits as one at a time over the whole prefix.
 // ---------------------------------------------------------------------------------------------
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources,
                                                    int length) {
     Matrix memory = model.encode(sources);
-    Transformer::Batch decoded(sources.size(), {start_token(model.config.vocab)});
+    std::vector<int> newest(sources.size(), start_token(model.config.vocab));  // each sequence's last token
+    std::vector<std::vector<int>> decoded(sources.size());
     for (int step = 0; step < length; step++) {
-        Matrix logits = model.decode(decoded, memory, sources);  // (n_seq (step + 1), V); last rows new
+        Matrix logits = model.decode_next(newest, step, memory, sources);  // (n_seq, V)
         for (std::size_t e = 0; e < decoded.size(); e++) {
-            int last = int(e + 1) * (step + 1) - 1, best = 0;  // sequence e's last row
+            int best = 0;
             for (int v = 1; v < logits.cols; v++)
-                if (logits.at(last, v) > logits.at(last, best)) best = v;
-            decoded[e].push_back(best);
+                if (logits.at(int(e), v) > logits.at(int(e), best)) best = v;
+            decoded[e].push_back(newest[e] = best);
         }
     }
-    for (std::vector<int>& d : decoded) d.erase(d.begin());  // drop START
     return decoded;
 }
 inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
