@@ -272,13 +272,11 @@ inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
 // =============================================================================================
 // The same numbers, faster: skip on a first reading.
 // =============================================================================================
-// Every entry of a product is one chain of additions, summed in order; splitting that chain across
-// vector lanes would change the rounding. So the kernels below keep each chain whole and in order,
-// and find their speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C lives in registers
-// while p runs over the whole sum, so each number loaded from A or B serves many entries, and the
-// TILE_COLS independent chains of one row fill the vector lanes. Same products, same order, same
-// bits as the loops above (tests.cpp checks, on odd shapes). The model calls these; the loops above
-// are the reference they are tested against.
+// Every entry of a product is one chain of additions, summed in order; splitting it across vector
+// lanes would change the rounding. So these kernels keep each chain whole and in order, and find
+// speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C stays in registers while p runs over
+// the whole sum, so each number loaded from A or B serves many entries, and the TILE_COLS chains of a
+// row fill the vector lanes. Same bits as the loops above (tests.cpp checks), which stay the reference.
 constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the fastest tile measured here
 
 // Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum.
@@ -299,22 +297,18 @@ inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::siz
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = sum[r][w];
 }
+template <int R>  // rows i0 .. i0+R-1 of C: tiles of TILE_COLS columns, then the columns left over
+inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B, int i0) {
+    int j = 0;
+    for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, i0, j);
+    for (; j < C.cols; j++) product_tile<R, 1>(C, A, a_row, a_col, B, i0, j);
+}
 // C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
-// Full tiles first; the rows and columns left over go one at a time.
 inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B) {
     std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
-    const double* a = A.data.data();
     int i = 0;
-    for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) {
-        int j = 0;
-        for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<TILE_ROWS, TILE_COLS>(C, a, a_row, a_col, B, i, j);
-        for (; j < C.cols; j++) product_tile<TILE_ROWS, 1>(C, a, a_row, a_col, B, i, j);
-    }
-    for (; i < C.rows; i++) {
-        int j = 0;
-        for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<1, TILE_COLS>(C, a, a_row, a_col, B, i, j);
-        for (; j < C.cols; j++) product_tile<1, 1>(C, a, a_row, a_col, B, i, j);
-    }
+    for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) product_rows<TILE_ROWS>(C, A.data.data(), a_row, a_col, B, i);
+    for (; i < C.rows; i++) product_rows<1>(C, A.data.data(), a_row, a_col, B, i);  // the rows left over
 }
 inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n)
     Matrix Y(X.cols, X.rows);

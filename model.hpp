@@ -213,11 +213,10 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
 // ---------------------------------------------------------------------------------------------
-// Keys and values come fresh from x_kv in training. Greedy decoding (train.hpp) feeds each sequence's
-// newest row only, and the attention keeps what it made before: KV::append adds the new rows' keys and
-// values to those kept (causal self-attention), KV::keep reuses them as they are (cross-attention to
-// the memory). Same bits as a fresh pass over the whole prefix, whose later keys are masked and add
-// exactly 0 to the softmax's sum and to P V.
+// Keys and values come fresh from x_kv in training. Greedy decoding feeds each sequence's newest row
+// only, and the attention keeps what it made: KV::append adds the new rows' keys and values (causal
+// self-attention), KV::keep reuses them (cross-attention to the memory). Same bits as a whole-prefix
+// pass, whose later keys are masked and add exactly 0 to the softmax's sum and to P V.
 enum class KV { fresh, append, keep };
 
 struct MultiHeadAttention {
@@ -241,7 +240,8 @@ struct MultiHeadAttention {
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh) {
         Matrix Q = W_q.forward(x_q);  // (n_seq T, d_model)
         if (kv == KV::fresh) K = W_k.forward(x_kv), V = W_v.forward(x_kv);
-        if (kv == KV::append) K = join_sequences(K, W_k.forward(x_kv), n_seq), V = join_sequences(V, W_v.forward(x_kv), n_seq);
+        if (kv == KV::append)  // sequence by sequence: the kept rows, then the new ones
+            K = join_sequences(K, W_k.forward(x_kv), n_seq), V = join_sequences(V, W_v.forward(x_kv), n_seq);
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq;
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
@@ -464,11 +464,12 @@ struct DecoderBlock {
     }
 
     // n_seq sequences stacked. next_row: y holds each sequence's newest row only, and the attentions
-    // go on from the keys and values they kept (Transformer::decode_next).
+    // go on from the keys and values they kept (greedy decoding, Transformer::decode).
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
                    int n_seq = 1, bool next_row = false) {
         KV self_kv = next_row ? KV::append : KV::fresh, cross_kv = next_row ? KV::keep : KV::fresh;
-        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv); });
+        Matrix y1 =
+            self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv); });
         Matrix y2 = cross_sub.forward(
             y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv); });
         return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
@@ -524,7 +525,11 @@ struct Transformer {
         return x;
     }
     // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
-    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
+    // Greedy decoding (train.hpp) calls it once per step with each sequence's newest token only, at
+    // position `first`. From first = 1 on, the attentions go on from the keys and values they kept, all
+    // of which the new rows may see (no causal mask). The rows are those a pass over the whole prefix
+    // would give last, bit for bit.
+    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first = 0) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
         std::vector<Matrix> memory_masks, causal_masks;  // (T, S) and (T, T) for each sequence
@@ -532,31 +537,12 @@ struct Transformer {
             memory_masks.push_back(padding_mask(T, s));
             causal_masks.push_back(causal_mask(T));
         }
-        Matrix causal = stack_rows(causal_masks), memory_mask = stack_rows(memory_masks);
-        Matrix y = embed.forward(joined(tgts_in), n_seq);
-        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
+        Matrix causal = first > 0 ? Matrix() : stack_rows(causal_masks), memory_mask = stack_rows(memory_masks);
+        Matrix y = embed.forward(joined(tgts_in), n_seq, first);
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, first > 0);
         return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
     }
     Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
-    // Greedy decoding's step (train.hpp): only the newest token of each sequence, at `position`, goes
-    // through the decoder; its attentions reuse the keys and values of the earlier positions (position 0
-    // starts afresh). The rows are those decode() would give last for the whole prefix, bit for bit.
-    Matrix decode_next(const std::vector<int>& newest, int position, const Matrix& memory, const Batch& srcs) {
-        int n_seq = int(newest.size());  // -> logits (n_seq, V)
-        std::vector<Matrix> memory_masks;  // (1, S) each
-        for (const std::vector<int>& s : srcs) memory_masks.push_back(padding_mask(1, s));
-        Matrix memory_mask = stack_rows(memory_masks), y = embed.forward(newest, n_seq, position);
-        for (DecoderBlock& block : decoder) y = block.forward(y, memory, Matrix(), memory_mask, n_seq, position > 0);
-        return out.forward(final_norm.forward(y));
-    }
-    // One sequence: source (S), target_in (T), memory (S, d_model), logits (T, V).
-    Matrix encode(const std::vector<int>& src) { return encode(Batch{src}); }
-    Matrix decode(const std::vector<int>& tgt_in, const Matrix& memory, const std::vector<int>& src) {
-        return decode(Batch{tgt_in}, memory, Batch{src});
-    }
-    Matrix forward(const std::vector<int>& src, const std::vector<int>& tgt_in) {
-        return forward(Batch{src}, Batch{tgt_in});
-    }
     static std::vector<int> joined(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
         for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());

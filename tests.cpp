@@ -613,7 +613,7 @@ TEST_CASE("padding: PAD source positions get zero attention and zero gradient") 
     Transformer model(c, 30);
     const std::vector<int> target_in = {start_token(c.vocab), 1, 2, 2};
     const int S = int(padded_source.size()), T = int(target_in.size());
-    Matrix logits = model.forward(padded_source, target_in);
+    Matrix logits = model.forward({padded_source}, {target_in});
 
     int zero_weights = 0;
     auto check_pad_columns = [&](MultiHeadAttention& m, int rows) {
@@ -745,7 +745,7 @@ void check_model(const std::string& name, const ModelConfig& c) {
     auto loss = [&] {
         double L = 0.0;
         for (const Example& e : batch) {
-            Matrix logits = model.forward(e.source, e.target_in);
+            Matrix logits = model.forward({e.source}, {e.target_in});
             Matrix unused(logits.rows, logits.cols);
             L += cross_entropy(logits, e.target, 1.0, unused) / double(batch.size());
         }
@@ -841,24 +841,24 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
 
 // greedy_decode returns exactly `length` tokens and starts from START: its decoder input is START
 // followed by its own first length - 1 outputs. Because of the causal mask, one teacher-forced pass
-// over that input sees at position t exactly what step t of the decoding saw, and decode_next, which
+// over that input sees at position t exactly what step t of the decoding saw, and decode's step, which
 // runs only the newest token against the keys and values it kept, gives that row bit for bit (a
 // masked key adds an exact 0.0 to every sum). So the argmax at every position is the token greedy chose.
-TEST_CASE("greedy_decode: output length, START first, decode_next the same as one causal pass") {
+TEST_CASE("greedy_decode: output length, START first, its steps the same as one causal pass") {
     DataConfig d = tiny_data();
     ModelConfig c = tiny_model(d);
     c.dec_layers = 2;
     Transformer model(c, 51);
     const std::vector<int> source = {5, 3, 1, PAD};
     for (int length = 1; length <= 4; length++) {
-        std::vector<int> out = greedy_decode(model, source, length);
+        std::vector<int> out = greedy_decode(model, {source}, length)[0];
         REQUIRE(int(out.size()) == length);
         std::vector<int> decoder_in = shifted_right(out, c.vocab);
 
-        Matrix memory = model.encode(source);
-        Matrix full = model.decode(decoder_in, memory, source);  // (length, V), one teacher-forced pass
+        Matrix memory = model.encode({source});
+        Matrix full = model.decode({decoder_in}, memory, {source});  // (length, V), one teacher-forced pass
         for (int t = 0; t < length; t++) {
-            Matrix step = model.decode_next({decoder_in[t]}, t, memory, {source});  // (1, V): what greedy saw
+            Matrix step = model.decode({{decoder_in[t]}}, memory, {source}, t);  // (1, V): what greedy saw
             for (int v = 0; v < c.vocab; v++) CHECK(step.at(0, v) == full.at(t, v));
             int best = 0;
             for (int v = 1; v < c.vocab; v++)
@@ -876,7 +876,7 @@ TEST_CASE("evaluate: token accuracy counts digits, exact match every position") 
     DataConfig d = tiny_data();
     Transformer model(tiny_model(d), 8);
     Example e = make_example({3, 1}, d);  // target 1 3 _ _
-    e.target = greedy_decode(model, e.source, d.seq_len);
+    e.target = greedy_decode(model, {e.source}, d.seq_len)[0];
     int digits = 0;
     for (int token : e.target) digits += token != PAD;
     Accuracy all = evaluate(model, {e});
@@ -966,7 +966,7 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     double loss_one = 0.0, weight = 1.0 / double(batch.size());
     std::vector<Matrix> logits_one;
     for (const Example& e : batch) {
-        logits_one.push_back(one.forward(e.source, e.target_in));
+        logits_one.push_back(one.forward({e.source}, {e.target_in}));
         Matrix d_logits(logits_one.back().rows, logits_one.back().cols);
         loss_one += weight * cross_entropy(logits_one.back(), e.target, weight, d_logits);
         one.backward(d_logits);
@@ -986,7 +986,7 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     CHECK(stacked.forward(sources, targets_in).data == stack_rows(logits_one).data);
     // greedy decoding of the stack: the same outputs as one source at a time
     std::vector<std::vector<int>> together = greedy_decode(stacked, sources, d.seq_len);
-    for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, sources[i], d.seq_len));
+    for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, {sources[i]}, d.seq_len)[0]);
 }
 
 // The real thing: the default model, seed 1, batch 32, lr 0.3, the same weights and the same
@@ -1019,7 +1019,7 @@ TEST_CASE("training: a trained model sorts, repeated digits included") {
     for (const std::vector<int>& s : sources) {
         std::vector<int> sorted = s;
         std::sort(sorted.begin(), sorted.end());
-        std::vector<int> out = greedy_decode(model, s, d.seq_len);
+        std::vector<int> out = greedy_decode(model, {s}, d.seq_len)[0];
         const bool held_out = data.held_out_sources.count(s) == 1;
         std::printf("  sort %s -> %s%s%s\n", digits_text(s, model.config).c_str(), digits_text(out, model.config).c_str(),
                     out == sorted ? "   ok" : "   WRONG", held_out ? "   (held-out)" : "");
@@ -1408,8 +1408,8 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     Rng rng(11);
     for (int n = 0; n < 20; n++) {
         Example e = make_example(random_digits(rng, d), d);
-        CHECK(greedy_decode(model, e.source, d.seq_len) == greedy_decode(loaded, e.source, d.seq_len));
-        Matrix la = model.forward(e.source, e.target_in), lb = loaded.forward(e.source, e.target_in);
+        CHECK(greedy_decode(model, {e.source}, d.seq_len)[0] == greedy_decode(loaded, {e.source}, d.seq_len)[0]);
+        Matrix la = model.forward({e.source}, {e.target_in}), lb = loaded.forward({e.source}, {e.target_in});
         CHECK(std::memcmp(la.data.data(), lb.data.data(), la.data.size() * sizeof(double)) == 0);
     }
     // Saving the loaded model writes the same bytes.
@@ -1583,7 +1583,7 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
         CHECK(line == "target " + ids_text(batch[i].target));
         int rows = 0, cols = 0;
         in >> word >> rows >> cols;
-        Matrix logits = model.forward(batch[i].source, batch[i].target_in);
+        Matrix logits = model.forward({batch[i].source}, {batch[i].target_in});
         REQUIRE(rows == logits.rows);
         REQUIRE(cols == logits.cols);
         for (double expected : logits.data) {

@@ -186,30 +186,26 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: encode the sources once, then grow each output one token at a time, each time
-// appending the argmax of the last position's logits. The decoder input starts with the same
-// START token that teacher forcing used in training. Each step runs only the newest token through
-// the decoder (decode_next: the earlier positions' keys and values are kept), and many sources decode
-// together as one stack of rows, with the same bits as one at a time over the whole prefix.
+// Greedy decoding: encode the sources once, then grow each output one token at a time by the argmax
+// of the last position's logits, starting from the START token that teacher forcing used. Each step
+// runs only the newest tokens through the decoder (which keeps the earlier keys and values), many
+// sources together as one stack of rows: the same bits as one at a time over the whole prefix.
 // ---------------------------------------------------------------------------------------------
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources,
                                                    int length) {
     Matrix memory = model.encode(sources);
-    std::vector<int> newest(sources.size(), start_token(model.config.vocab));  // each sequence's last token
+    Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});  // each sequence's last token
     std::vector<std::vector<int>> decoded(sources.size());
     for (int step = 0; step < length; step++) {
-        Matrix logits = model.decode_next(newest, step, memory, sources);  // (n_seq, V)
+        Matrix logits = model.decode(newest, memory, sources, step);  // (n_seq, V): the newest rows only
         for (std::size_t e = 0; e < decoded.size(); e++) {
             int best = 0;
             for (int v = 1; v < logits.cols; v++)
                 if (logits.at(int(e), v) > logits.at(int(e), best)) best = v;
-            decoded[e].push_back(newest[e] = best);
+            decoded[e].push_back(newest[e][0] = best);
         }
     }
     return decoded;
-}
-inline std::vector<int> greedy_decode(Transformer& model, const std::vector<int>& source, int length) {
-    return greedy_decode(model, Transformer::Batch{source}, length)[0];
 }
 
 struct Accuracy {

@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         Transformer model = read_checkpoint(in, "--load fuzz", data);
         Rng rng(1);
         Example e = make_example(random_digits(rng, data), data);
-        std::vector<int> output = greedy_decode(model, e.source, data.seq_len);
+        std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];
         std::vector<AttentionMap> maps = attention_maps(model, e.source, shifted_right(output, model.config.vocab));
         print_attention(maps, true);
         print_positions(model, true);
