@@ -261,8 +261,7 @@ inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of eac
 // from A, then its rows from B. Greedy decoding grows every sequence by one row this way.
 inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
     Matrix Y;
-    int a = A.rows / n_seq, b = B.rows / n_seq;
-    for (int e = 0; e < n_seq; e++) {
+    for (int e = 0, a = A.rows / n_seq, b = B.rows / n_seq; e < n_seq; e++) {
         append_rows(Y, take_block(A, e * a, a, 0, A.cols));
         append_rows(Y, take_block(B, e * b, b, 0, B.cols));
     }
@@ -310,10 +309,11 @@ inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Ma
     for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) product_rows<TILE_ROWS>(C, A.data.data(), a_row, a_col, B, i);
     for (; i < C.rows; i++) product_rows<1>(C, A.data.data(), a_row, a_col, B, i);  // the rows left over
 }
-inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n)
-    Matrix Y(X.cols, X.rows);
-    for (int i = 0; i < X.rows; i++)
-        for (int j = 0; j < X.cols; j++) Y.at(j, i) = X.at(i, j);
+inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n), 8 rows of X at a time: each write
+    Matrix Y(X.cols, X.rows);                 // fills a whole cache line of Y, and the 8 read lines stay cached
+    for (int i0 = 0; i0 < X.rows; i0 += 8)
+        for (int j = 0; j < X.cols; j++)
+            for (int i = i0; i < std::min(i0 + 8, X.rows); i++) Y.at(j, i) = X.at(i, j);
     return Y;
 }
 // Same as matmul(A, B): every sum starts from 0.
@@ -328,4 +328,9 @@ inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) { return matmul_f
 inline void matmul_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
     accumulate(dA, matmul_fast(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
     product_into(dB, A, true, dC);                  // dB[p][j] += A[i][p] dC[i][j], over i in order
+}
+// Same as matmul_bt_backward(dC, A, B, dA, dB): both continue their sums from what they hold.
+inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    product_into(dA, dC, false, B);  // dA[i][p] += dC[i][j] B[j][p], over j in order
+    product_into(dB, dC, true, A);   // dB[j][p] += dC[i][j] A[i][p], over i in order
 }

@@ -160,11 +160,12 @@ inline Matrix causal_mask(int T) {
         for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
     return m;
 }
-// Padding mask (rows, S): no query may look at a PAD position of the source.
-inline Matrix padding_mask(int rows, const std::vector<int>& source) {
-    Matrix m(rows, int(source.size()));
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < m.cols; j++) m.at(i, j) = source[j] == PAD ? 0.0 : 1.0;
+// Padding mask (n_seq rows, S), each source's rows stacked: no query may look at a PAD position of
+// its own source.
+inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& sources) {
+    Matrix m(rows * int(sources.size()), int(sources[0].size()));
+    for (int i = 0; i < m.rows; i++)
+        for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / rows][j] == PAD ? 0.0 : 1.0;
     return m;
 }
 
@@ -186,7 +187,7 @@ inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, Attent
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
     cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores)};
-    return matmul(cache.P, cache.V);  // (T, d_k)
+    return matmul_fast(cache.P, cache.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
@@ -194,7 +195,7 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
     // forward: O = P V
     Matrix dP(c.P.rows, c.P.cols);
-    matmul_backward(dO, c.P, c.V, dP, dV);
+    matmul_backward_fast(dO, c.P, c.V, dP, dV);
     // forward: P = softmax_rows(scores). A masked score was replaced by a constant, so it gets no
     // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0.
     Matrix d_scores(c.P.rows, c.P.cols);
@@ -203,7 +204,7 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
     Matrix d_QKt(c.P.rows, c.P.cols);
     scale_backward(d_scores, inv_sqrt_dk, d_QKt);
     // forward: Q K^T = matmul_bt(Q, K)
-    matmul_bt_backward(d_QKt, c.Q, c.K, dQ, dK);
+    matmul_bt_backward_fast(d_QKt, c.Q, c.K, dQ, dK);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -518,26 +519,20 @@ struct Transformer {
     // of the decoder's matrices and the logits. Its masks are stacked the same way.
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
-        std::vector<Matrix> masks;  // (S, S) each: no query looks at a PAD
-        for (const std::vector<int>& s : srcs) masks.push_back(padding_mask(int(s.size()), s));
-        Matrix src_mask = stack_rows(masks), x = embed.forward(joined(srcs), int(srcs.size()));
+        Matrix src_mask = padding_mask(int(srcs[0].size()), srcs);  // (n_seq S, S)
+        Matrix x = embed.forward(joined(srcs), int(srcs.size()));
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
     // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
-    // Greedy decoding (train.hpp) calls it once per step with each sequence's newest token only, at
-    // position `first`. From first = 1 on, the attentions go on from the keys and values they kept, all
-    // of which the new rows may see (no causal mask). The rows are those a pass over the whole prefix
-    // would give last, bit for bit.
+    // Greedy decoding (train.hpp) passes each sequence's newest token only, at position `first`; from
+    // first = 1 on, the attentions go on from the keys and values they kept, all visible to the new rows
+    // (no causal mask). Its rows are those a pass over the whole prefix would give last, bit for bit.
     Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first = 0) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
-        std::vector<Matrix> memory_masks, causal_masks;  // (T, S) and (T, T) for each sequence
-        for (const std::vector<int>& s : srcs) {
-            memory_masks.push_back(padding_mask(T, s));
-            causal_masks.push_back(causal_mask(T));
-        }
-        Matrix causal = first > 0 ? Matrix() : stack_rows(causal_masks), memory_mask = stack_rows(memory_masks);
+        Matrix memory_mask = padding_mask(T, srcs);  // (n_seq T, S); the causal mask (n_seq T, T)
+        Matrix causal = first > 0 ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
         Matrix y = embed.forward(joined(tgts_in), n_seq, first);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, first > 0);
         return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)

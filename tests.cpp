@@ -272,8 +272,8 @@ TEST_CASE("gradient: take_block / add_into_block") {
 
 // The fast kernels at the end of matrix.hpp add the same products in the same order as the plain
 // loops, so they must give the same bits: on odd shapes (full 6 x 16 tiles and the rows and columns
-// left over), and with gradients that already hold something (dA adds its sum at the end, as the
-// plain loop does; dB continues its sums from what it holds).
+// left over), and with gradients that already hold something (matmul_backward's dA adds its sum at
+// the end, as the plain loop does; its dB, and both gradients of matmul_bt, continue from what they hold).
 TEST_CASE("fast kernels: the same bits as the plain loops") {
     Rng rng(11);
     for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {6, 16, 16}, {13, 9, 35}, {40, 33, 17},
@@ -289,6 +289,12 @@ TEST_CASE("fast kernels: the same bits as the plain loops") {
         CHECK(dB1.data == dB2.data);
         CHECK(matmul(A, B).data == matmul_fast(A, B).data);
         CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
+        Matrix dCt = random_matrix(n, m, rng), dA3 = random_matrix(n, k, rng), dBt3 = random_matrix(m, k, rng);
+        Matrix dA4 = dA3, dBt4 = dBt3;
+        matmul_bt_backward(dCt, A, Bt, dA3, dBt3);
+        matmul_bt_backward_fast(dCt, A, Bt, dA4, dBt4);
+        CHECK(dA3.data == dA4.data);
+        CHECK(dBt3.data == dBt4.data);
         CHECK(transpose(transpose(A)).data == A.data);
     }
 }
@@ -441,7 +447,7 @@ TEST_CASE("gradient: attention, no mask / causal mask / padding mask") {
     };
     for (const Variant& v : {Variant{"attention (no mask)", 3, 5, Matrix()},
                              Variant{"attention (causal)", 4, 4, causal_mask(4)},
-                             Variant{"attention (padding)", 3, 5, padding_mask(3, padded_source)}}) {
+                             Variant{"attention (padding)", 3, 5, padding_mask(3, {padded_source})}}) {
         Rng rng(22);
         const int d_k = 4;
         Matrix Q = random_matrix(v.T, d_k, rng), K = random_matrix(v.S, d_k, rng),
@@ -505,7 +511,7 @@ TEST_CASE("gradient: MultiHeadAttention, self / causal self / cross") {
     MultiHeadAttention mha(c, rng);
     Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
     Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
-    Matrix mask = padding_mask(3, padded_source);
+    Matrix mask = padding_mask(3, {padded_source});
     std::vector<Tensor> weights = tensors_of(params_of(mha, "mha"));
     check_block("MHA (cross)", with({tensor("x_q", x, dx), tensor("memory", memory, d_memory)}, weights),
                 [&] { return mha.forward(x, memory, mask); },
@@ -568,7 +574,7 @@ TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
         CHECK(params.size() == 12);
         jitter(params, rng, 0.1);
         Matrix x = random_matrix(5, c.d_model, rng), dx(5, c.d_model);
-        Matrix mask = padding_mask(5, padded_source);
+        Matrix mask = padding_mask(5, {padded_source});
         check_block(where == Norm::pre ? "EncoderBlock (pre-norm)" : "EncoderBlock (post-norm)",
                     with({tensor("x", x, dx)}, tensors_of(params)),
                     [&] { return block.forward(x, mask); },
@@ -589,7 +595,7 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
         jitter(params, rng, 0.1);
         Matrix y = random_matrix(4, c.d_model, rng), dy(4, c.d_model);
         Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
-        Matrix causal = causal_mask(4), mem_mask = padding_mask(4, padded_source);
+        Matrix causal = causal_mask(4), mem_mask = padding_mask(4, {padded_source});
         check_block(where == Norm::pre ? "DecoderBlock (pre-norm)" : "DecoderBlock (post-norm)",
                     with({tensor("y", y, dy), tensor("memory", memory, d_memory)}, tensors_of(params)),
                     [&] { return block.forward(y, memory, causal, mem_mask); },
