@@ -1406,10 +1406,16 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
     return c.enc_layers * (attention(S, S) + ffn) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn) +
            2 * T * d_model * c.vocab;
 }
-void run_speed(const Options& o) {  // --speed: one line for make compare
+void run_speed(const Options& o) {  // --speed: two lines for make compare
     double rate = examples_per_second(o.model, o.data, o.batch, o.lr, 1.0);
     std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
                 size_text(o.model, o.data).c_str(), o.batch, 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
+    Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
+    Transformer model(o.model, o.seed);
+    auto t0 = Clock::now();
+    evaluate(model, data.held_out);
+    std::printf("sorter --speed: one held-out evaluation (%zu sequences, greedy) in %.2f s\n", data.held_out.size(),
+                seconds_since(t0));
 }
 #ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
 #define SORTER_CXXFLAGS "(not recorded)"

@@ -6,7 +6,8 @@ sorter --speed, then the twin in float64 (the same arithmetic as sorter), then t
 float32. Running them alternately spreads the machine's drift over all three. Each program
 measures itself: training examples per second for about a second after a short warm-up, one
 thread. The table shows the median of the rounds and the ratio sorter / twin per round as
-min / median / max.
+min / median / max; then sorter's GFLOP/s as a share of one core's dgemm peak, measured here
+first, and the seconds of one held-out evaluation (greedy decoding) at the row's size.
 
 Run it with /usr/bin/python3 (Debian's python3-torch is installed for that interpreter):
     /usr/bin/python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large]
@@ -53,6 +54,18 @@ def twin_env():
     return env
 
 
+def eval_seconds_in(text):
+    """The seconds of sorter's '--speed: one held-out evaluation ... in S s' line, or None."""
+    found = re.search(r"^sorter --speed: one held-out evaluation .* in ([0-9.]+) s", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def gflops_in(text):
+    """The GFLOP/s that sorter's --speed line reports for its training steps, or None."""
+    found = re.search(r"^sorter --speed: .*; ([0-9.]+) GFLOP/s\)", text, re.M)
+    return float(found.group(1)) if found else None
+
+
 def rate_in(text, program):
     """The examples/s number of a '<program> --speed: N training examples/s' line, or None."""
     found = re.search(rf"^{program} --speed: ([0-9.,]+) training examples/s", text, re.M)
@@ -64,8 +77,33 @@ def run(command, env=None):
     return done.stdout + done.stderr
 
 
-def sorter_rate(size, batch):
-    return rate_in(run([str(SORTER), "--speed", *model_flags(size), "--batch", str(batch)]), "sorter")
+def sorter_run(size, batch):
+    """sorter --speed: (training examples/s, GFLOP/s, seconds of one held-out evaluation)."""
+    text = run([str(SORTER), "--speed", *model_flags(size), "--batch", str(batch)])
+    return rate_in(text, "sorter"), gflops_in(text), eval_seconds_in(text)
+
+
+# One core's double-precision peak, as a BLAS reaches it: OpenBLAS's dgemm (torch.mm in float64,
+# one thread) on square matrices, the best of three sizes, each timed for about a second.
+PEAK_SCRIPT = """
+import time, torch
+torch.set_num_threads(1)
+best = 0.0
+for n in (256, 512, 1024):
+    a, b = torch.rand(n, n, dtype=torch.float64), torch.rand(n, n, dtype=torch.float64)
+    torch.mm(a, b)
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        torch.mm(a, b)
+        reps += 1
+    best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9)
+print(f"peak {best:.1f}")
+"""
+
+
+def peak_gflops():
+    found = re.search(r"^peak ([0-9.]+)", run([PYTHON, "-c", PEAK_SCRIPT], twin_env()), re.M)
+    return float(found.group(1)) if found else None
 
 
 def twin_rate(size, batch, dtype, seconds):
@@ -100,19 +138,25 @@ def ratio_text(ratios):
 
 def measure_row(size, batch, rounds, seconds, has_sorter):
     """Alternate the three programs for `rounds` rounds. Returns medians and per-round ratios."""
-    ours, f64, f32 = [], [], []
+    ours, gflops, evals, f64, f32 = [], [], [], [], []
     for _ in range(rounds):
         if has_sorter:
-            ours.append(sorter_rate(size, batch))
+            rate, flops, eval_s = sorter_run(size, batch)
+            ours.append(rate)
+            gflops.append(flops)
+            evals.append(eval_s)
         f64.append(twin_rate(size, batch, "float64", seconds))
         f32.append(twin_rate(size, batch, "float32", seconds))
     ratios64 = [a / b for a, b in zip(ours, f64)]
     ratios32 = [a / b for a, b in zip(ours, f32)]
-    median = statistics.median
-    return (median(ours) if ours else None), median(f64), median(f32), ratios64, ratios32
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+    return median(ours), median(gflops), median(evals), median(f64), median(f32), ratios64, ratios32
 
 
-def print_header(args, torch_version, has_sorter):
+def print_header(args, torch_version, has_sorter, peak):
     blas = twin_blas()
     threads = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1"
     if Path(OPENBLAS_DIR).is_dir():
@@ -123,11 +167,14 @@ def print_header(args, torch_version, has_sorter):
     print(f"twin: PyTorch {torch_version}, torch.set_num_threads(1), {threads}; BLAS loaded: {blas}")
     if not has_sorter:
         print(f"sorter: {SORTER} has no --speed yet (or is missing): its columns are n/a")
+    peak_text = f"{peak:.1f} GFLOP/s" if peak else "not measured"
+    print(f"peak: one core's dgemm (OpenBLAS through torch.mm, float64, one thread, best of n = 256, 512, 1024): "
+          f"{peak_text}")
     for name in args.rows:
         print("  " + size_text(name, SIZES[name][0]))
     print()
-    print(f"{'row':<20} {'sorter':>10} {'twin f64':>10} {'twin f32':>10}   "
-          f"{'sorter/f64 min/med/max':>24} {'sorter/f32 min/med/max':>24}")
+    print(f"{'row':<18} {'sorter':>8} {'twin f64':>9} {'twin f32':>9}  {'sorter/f64 min/med/max':>22} "
+          f"{'sorter/f32 min/med/max':>22}  {'GFLOP/s':>7} {'of peak':>7}  {'eval s':>6}")
 
 
 def parse_args(argv):
@@ -149,15 +196,21 @@ def main(argv):
     if probe.returncode != 0:
         print(f"compare.py: skipped, '{PYTHON} -c \"import torch\"' failed. {HOW_TO_GET_TORCH}")
         return 0
-    has_sorter = SORTER.exists() and sorter_rate(SIZES["default"][0], 1) is not None
-    print_header(args, probe.stdout.strip(), has_sorter)
+    has_sorter = SORTER.exists() and sorter_run(SIZES["default"][0], 1)[0] is not None
+    peak = peak_gflops()
+    print_header(args, probe.stdout.strip(), has_sorter, peak)
     for name in args.rows:
         size, batches = SIZES[name]
         for batch in batches:
-            ours, f64, f32, r64, r32 = measure_row(size, batch, args.rounds, args.seconds, has_sorter)
-            shown = f"{ours:10,.0f}" if ours is not None else f"{'n/a':>10}"
-            print(f"{name + ', batch ' + str(batch):<20} {shown} {f64:10,.0f} {f32:10,.0f}   "
-                  f"{ratio_text(r64):>24} {ratio_text(r32):>24}", flush=True)
+            ours, gflops, eval_s, f64, f32, r64, r32 = measure_row(size, batch, args.rounds, args.seconds, has_sorter)
+            shown = f"{ours:8,.0f}" if ours is not None else f"{'n/a':>8}"
+            flops = f"{gflops:7.1f}" if gflops is not None else f"{'n/a':>7}"
+            share = f"{100 * gflops / peak:6.0f}%" if gflops is not None and peak else f"{'n/a':>7}"
+            evals = f"{eval_s:6.2f}" if eval_s is not None else f"{'n/a':>6}"
+            print(f"{name + ', batch ' + str(batch):<18} {shown} {f64:9,.0f} {f32:9,.0f}  "
+                  f"{ratio_text(r64):>22} {ratio_text(r32):>22}  {flops} {share}  {evals}", flush=True)
+    print("GFLOP/s: sorter's matrix-product arithmetic per second of training; of peak: that over the peak above."
+          "\neval s: sorter's held-out evaluation (1000 sequences decoded greedily) of a model of the row's size.")
     return 0
 
 
