@@ -291,8 +291,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Speed", "", false, {
             switch_flag("--bench", "print the speed table instead of training (make bench runs it)", false, true,
                         &O::bench),
-            switch_flag("--speed", "measure training examples/s of the model and batch the other flags give (make "
-                        "compare runs it)", false, true, &O::speed),
+            switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
+                        "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
             switch_flag("--help", "this text", false, true, &O::help)}},
     };
     return table;
