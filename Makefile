@@ -1,6 +1,7 @@
 # sorter -- build, test, benchmark.
 #   make             build ./sorter
 #   make test        build and run the gradient checks and behaviour tests (doctest)
+#   make gradcheck   only the gradient checks, with their table (a second; after editing a backward)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make bench       speed table (see README.md, Performance)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
@@ -18,7 +19,7 @@ HEADERS  := matrix.hpp model.hpp train.hpp
 DOCTEST  := /usr/include/doctest/doctest.h
 PYTHON   := /usr/bin/python3
 
-.PHONY: all test sanitize bench reference compare fuzz clean doctest
+.PHONY: all test gradcheck sanitize bench reference compare fuzz clean doctest
 
 all: sorter
 
@@ -45,6 +46,18 @@ tests: tests.cpp main.cpp $(HEADERS) Makefile | doctest
 
 test: tests
 	./tests
+
+# make gradcheck: the "gradient:" test cases of tests.cpp alone, every backward against central
+# differences, one row per tensor. Built at -Og, with doctest's main compiled once into its own
+# object, so that after an edit to a backward the rebuild and the run take seconds, not half a minute.
+doctest-main.o: | doctest
+	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
+	  $(CXX) -std=c++17 -O1 -x c++ -c -o $@ -
+gradcheck-tests: tests.cpp main.cpp $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -Og -DDOCTEST_MAIN_ELSEWHERE -o $@ tests.cpp doctest-main.o
+gradcheck: gradcheck-tests
+	@echo "gradient check: every entry of every tensor against central differences (h = 3e-5); a row is wrong above 1e-6"
+	@./gradcheck-tests -tc="gradient:*"
 
 tests-sanitize: tests.cpp main.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ tests.cpp
@@ -87,4 +100,4 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	done
 
 clean:
-	rm -f sorter tests tests-sanitize fuzz/fuzz-*
+	rm -f sorter tests tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*

@@ -10,7 +10,9 @@
 //
 // Legend as in the headers: T target length, S source length, d_model token width, n_heads heads,
 // d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+#ifndef DOCTEST_MAIN_ELSEWHERE  // make gradcheck links doctest's main from an object compiled once
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#endif
 #include <doctest/doctest.h>
 
 #include <array>
@@ -126,8 +128,8 @@ void check_gradients(const std::string& check, const std::vector<Tensor>& tensor
             largest = std::max(largest, std::fabs(a.data[i]));
             compared++;
         }
-        std::printf("  %-28s %-30s %5zu entries   worst rel. error %.1e\n", check.c_str(), t.name.c_str(),
-                    compared, worst);
+        std::printf("  %-28s %-30s %5zu entries   worst rel. error %.1e%s\n", check.c_str(), t.name.c_str(),
+                    compared, worst, worst <= TOLERANCE ? "" : "   <-- WRONG (above 1e-6)");
         INFO(check, " / ", t.name, ": worst relative error ", worst, ", largest |gradient| ", largest);
         CHECK(compared > 0);   // something was compared ...
         CHECK(largest > 0.0);  // ... and the analytic gradient is not all zeros
