@@ -1433,9 +1433,11 @@ void run_bench(const Options& o) {
     struct Row { std::string what, flags; bool vs_above; };  // vs_above: print examples/s over the row above's
     std::vector<Row> rows = {{"default, batch 1", "--batch 1", false}, {"default, batch 32", "--batch 32", false},
                              {"mid, batch 1", mid + " --batch 1", false}, {"mid, batch 32", mid + " --batch 32", false}};
-    for (int k = 0; k < 4; k++) rows.push_back({fmt("seq_len %d", 4 << k), fmt("--seq-len %d --batch 32", 4 << k), k > 0});
+    for (int k = 0; k < 4; k++)
+        rows.push_back({fmt("seq_len %d, batch 32", 4 << k), fmt("--seq-len %d --batch 32", 4 << k), k > 0});
     for (int k = 0, n = 16; k < 4; k++, n *= 2)
-        rows.push_back({fmt("d_model %d", n), fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n), k > 0});
+        rows.push_back({fmt("d_model %d, d_ff %d, batch 32", n, 2 * n), fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n),
+                        k > 0});
     std::printf("\n  %-34s %10s %14s %9s %6s\n", "training, 1 s a row", "examples/s", "FLOPs/example", "GFLOP/s",
                 "x prev");
     double previous = 0;
@@ -1443,8 +1445,8 @@ void run_bench(const Options& o) {
         Options r = parse_options(split_words(row.flags));
         double rate = examples_per_second(r.model, r.data, r.batch, r.lr, 1.0);
         double flops = 3 * matmul_flops_forward(r.model, r.data);
-        std::string ratio = row.vs_above ? fmt("%6.2f", rate / previous) : "";
-        std::printf("  %-34s %10.0f %14.0f %9.2f %s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,
+        std::string ratio = row.vs_above ? fmt(" %6.2f", rate / previous) : "";
+        std::printf("  %-34s %10.0f %14.0f %9.2f%s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,
                     ratio.c_str());
         previous = rate;
     }

@@ -96,8 +96,8 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 
 // ---------------------------------------------------------------------------------------------
 // Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
-// Entry (i, j) is the dot product of row i of A with row j of B, and both rows lie contiguous in
-// memory, so no transposed copy of B is ever built. Attention's scores Q K^T use it.
+// Entry (i, j) is the dot product of row i of A with row j of B, both rows contiguous in memory.
+// Attention's scores Q K^T are this product (the model calls matmul_bt_fast, at the end of the file).
 // ---------------------------------------------------------------------------------------------
 inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.rows);

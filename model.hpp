@@ -248,11 +248,11 @@ struct MultiHeadAttention {
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
-                int first = h * d_k;  // head h owns columns first .. first + d_k - 1
+                int col = h * d_k;  // head h owns columns col .. col + d_k - 1
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
-                Matrix O_h = attention(take_block(Q, e * T, T, first, d_k), take_block(K, e * S, S, first, d_k),
-                                       take_block(V, e * S, S, first, d_k), mask_e, heads[e * n_heads + h]);
-                add_into_block(O_h, e * T, first, joined);  // (T, d_k)
+                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, col, d_k),
+                                       take_block(V, e * S, S, col, d_k), mask_e, heads[e * n_heads + h]);
+                add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
     }
@@ -263,15 +263,15 @@ struct MultiHeadAttention {
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, n_heads * d_k), dV(n_seq * S, n_heads * d_k);
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
-                int first = h * d_k;
+                int col = h * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-                // forward: O_h = attention(...); add_into_block(O_h, e * T, first, joined)
-                attention_backward(take_block(d_joined, e * T, T, first, d_k), heads[e * n_heads + h], dQ_h, dK_h,
+                // forward: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
+                attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h,
                                    dV_h);
-                // forward: take_block(Q, e * T, T, first, d_k), and the same for K and V
-                add_into_block(dQ_h, e * T, first, dQ);
-                add_into_block(dK_h, e * S, first, dK);
-                add_into_block(dV_h, e * S, first, dV);
+                // forward: take_block(Q, e * T, T, col, d_k), and the same for K and V
+                add_into_block(dQ_h, e * T, col, dQ);
+                add_into_block(dK_h, e * S, col, dK);
+                add_into_block(dV_h, e * S, col, dV);
             }
         // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
         accumulate(d_xq, W_q.backward(dQ));
