@@ -309,8 +309,8 @@ inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Ma
     for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) product_rows<TILE_ROWS>(C, A.data.data(), a_row, a_col, B, i);
     for (; i < C.rows; i++) product_rows<1>(C, A.data.data(), a_row, a_col, B, i);  // the rows left over
 }
-inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n), 8 rows of X at a time: each write
-    Matrix Y(X.cols, X.rows);                 // fills a whole cache line of Y, and the 8 read lines stay cached
+inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n), 8 rows of X at a time: each row of Y
+    Matrix Y(X.cols, X.rows);                 // gets 8 neighbours at once, and the 8 rows read stay cached
     for (int i0 = 0; i0 < X.rows; i0 += 8)
         for (int j = 0; j < X.cols; j++)
             for (int i = i0; i < std::min(i0 + 8, X.rows); i++) Y.at(j, i) = X.at(i, j);

@@ -256,7 +256,7 @@ struct MultiHeadAttention {
             }
         return W_o.forward(joined);
     }
-    // Adds into d_xq (T, d_model) and d_xkv (S, d_model), which the caller zeroed.
+    // Adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), which the caller zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // forward: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
