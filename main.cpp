@@ -66,7 +66,10 @@ struct Options {
     DataConfig data;
     long steps = 12000;
     int batch = 8;
-    double lr = 0.1;
+    double lr = 0.1;  // with --optimizer momentum or adam and no --lr, that optimizer's own default
+    OptimizerKind optimizer = OptimizerKind::sgd;
+    Schedule schedule = Schedule::constant;
+    long warmup = 1000;  // steps of --schedule warmup
     uint64_t seed = 1;
     long eval_every = 2000;
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
@@ -84,6 +87,11 @@ const std::vector<std::string> NORM_NAMES = {"pre", "post"};
 const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
 const std::vector<std::string> DEMO_NAMES = {"scale", "softmax"};
+const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
+const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
+// The learning rate of each optimizer when --lr is not given: momentum's steps are about 1 / (1 - mu)
+// = 10 times SGD's for the same rate, and Adam's are about lr in every entry whatever the gradient's size.
+const double DEFAULT_LR[] = {0.1, 0.01, 0.001};
 
 // Text helpers for the whole file: join words, split a line at whitespace, format as printf does.
 inline std::string join(const std::vector<std::string>& words, const std::string& between) {
@@ -247,11 +255,17 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--max-digit", "digits are 1..N, so V = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
             path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
                       "spaces; blank lines and lines starting with # are skipped)", true, &O::train_data_path)}},
-        {"Training (plain SGD)", "./sorter --steps 1000 --batch 16 --lr 0.2 --seed 7", false, {
+        {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing", 0, MAX_STEPS, true, &O::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &O::batch),
-            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g)", MAX_LR, DEFAULTS.lr), true,
+            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
+                              MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
              [](O& o, Args& a) { o.lr = a.above_zero(MAX_LR); }, [](const O& o) { return fmt("--lr %g", o.lr); }},
+            choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
+                        &O::optimizer),
+            choice_flag("--schedule", "the learning rate over the steps: constant; linear decay to 0; warmup: up "
+                        "for --warmup steps, then down as 1/sqrt(step)", SCHEDULE_NAMES, true, &O::schedule),
+            whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &O::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
             whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, true, &O::eval_every),
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
@@ -351,6 +365,11 @@ inline Options parse_options(int argc, char** argv) {
     if (m.d_model % m.n_heads != 0)
         fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
                  m.d_model));
+    if (std::none_of(given.begin(), given.end(), [](const Flag* f) { return f->name == "--lr"; }))
+        o.lr = DEFAULT_LR[int(o.optimizer)];
+    if (!o.dump_step_path.empty() && o.optimizer != OptimizerKind::sgd)
+        fail("--dump-step records an SGD step for make reference; it cannot be combined with --optimizer " +
+             OPTIMIZER_NAMES[int(o.optimizer)]);
     if (!o.load_path.empty())
         for (const Flag* f : given)
             if (f->fixed_by_checkpoint)
@@ -1220,13 +1239,23 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
     });
 }
 
-// Train with plain SGD, printing the held-out accuracy as it goes and the examples it watches.
+// "SGD lr 0.1", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate and the schedule, if not constant.
+inline std::string optimizer_text(const Options& o) {
+    const char* names[] = {"SGD", "momentum", "Adam"};
+    std::string text = fmt("%s lr %g", names[int(o.optimizer)], o.lr);
+    if (o.schedule == Schedule::linear) text += ", schedule linear";
+    if (o.schedule == Schedule::warmup) text += fmt(", schedule warmup %ld", o.warmup);
+    return text;
+}
+
+// Train, printing the held-out accuracy as it goes and the examples it watches.
 inline History train_and_report(const Options& o, Dataset& data, Transformer& model) {
     Rng rng = training_rng(o.seed);
     std::vector<Example> shown = watched_examples(data);
     History history;
-    std::printf("sorter: %s | SGD lr %g, batch %d, steps %ld, seed %llu\n", size_text(o.model, o.data).c_str(), o.lr,
-                o.batch, o.steps, (unsigned long long)o.seed);
+    Optimizer optimizer(o.optimizer);
+    std::printf("sorter: %s | %s, batch %d, steps %ld, seed %llu\n", size_text(o.model, o.data).c_str(),
+                optimizer_text(o).c_str(), o.batch, o.steps, (unsigned long long)o.seed);
     std::string variant = variant_text(o);
     if (!variant.empty()) std::printf("variant: %s\n", variant.c_str());
     if (!data.train_pool.empty()) std::printf("training data: %zu sequences\n", data.train_pool.size());
@@ -1238,8 +1267,9 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
     for (long step = 1; step <= o.steps; step++) {
         auto t0 = Clock::now();
         std::vector<Example> batch = data.draw_batch(rng, o.batch);
-        if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, o.lr, o.data);
-        double loss = train_step(model, batch, o.lr);
+        double lr = scheduled_lr(o.schedule, o.lr, step, o.steps, o.warmup);
+        if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, lr, o.data);
+        double loss = train_step(model, batch, lr, optimizer);
         train_seconds += seconds_since(t0);
         if (!std::isfinite(loss))  // the logits were already nan or inf, so the weights are too: stop here
             fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
@@ -1382,16 +1412,18 @@ inline int run(const Options& options) {
 // 10. Speed: --speed (one configuration; make compare sets it beside PyTorch) and --bench
 // =============================================================================================
 // Training examples per second: steps (draw, forward, backward, SGD) for `seconds`, after a 10% warm-up.
-inline double examples_per_second(const ModelConfig& m, const DataConfig& d, int batch, double lr, double seconds) {
-    Dataset data(d, {}, 0);
-    Transformer model(m, 1);
+inline double examples_per_second(const Options& o, double seconds) {
+    Dataset data(o.data, {}, 0);
+    Transformer model(o.model, 1);
     Rng rng = training_rng(1);
-    for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) train_step(model, data.draw_batch(rng, batch), lr);
+    Optimizer optimizer(o.optimizer);
+    auto step = [&] { train_step(model, data.draw_batch(rng, o.batch), o.lr, optimizer); };
+    for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) step();
     long steps = 0;
     auto t0 = Clock::now();
     double elapsed = 0.0;
-    for (; (elapsed = seconds_since(t0)) < seconds; steps++) train_step(model, data.draw_batch(rng, batch), lr);
-    return double(steps) * batch / elapsed;
+    for (; (elapsed = seconds_since(t0)) < seconds; steps++) step();
+    return double(steps) * o.batch / elapsed;
 }
 
 // Matmul FLOPs (2 m n k for an (m, k) by (k, n) product) of one teacher-forced forward pass of one
@@ -1407,7 +1439,7 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
            2 * T * d_model * c.vocab;
 }
 void run_speed(const Options& o) {  // --speed: two lines for make compare
-    double rate = examples_per_second(o.model, o.data, o.batch, o.lr, 1.0);
+    double rate = examples_per_second(o, 1.0);
     std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
                 size_text(o.model, o.data).c_str(), o.batch, 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
@@ -1443,7 +1475,7 @@ void run_bench(const Options& o) {
     double previous = 0;
     for (const Row& row : rows) {
         Options r = parse_options(split_words(row.flags));
-        double rate = examples_per_second(r.model, r.data, r.batch, r.lr, 1.0);
+        double rate = examples_per_second(r, 1.0);
         double flops = 3 * matmul_flops_forward(r.model, r.data);
         std::string ratio = row.vs_above ? fmt(" %6.2f", rate / previous) : "";
         std::printf("  %-34s %10.0f %14.0f %9.2f%s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,
@@ -1458,14 +1490,16 @@ void run_bench(const Options& o) {
     Dataset data(o.data);
     Transformer model(o.model, o.seed);
     Rng rng = training_rng(o.seed);
+    Optimizer optimizer(o.optimizer);
     double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
     long decoded = 0;
     int reached = 0;  // how many of the targets
-    std::printf("time to exact match on the %zu held-out sequences (batch %d, lr %g, seed %llu)\n",
-                data.held_out.size(), o.batch, o.lr, (unsigned long long)o.seed);
+    std::printf("time to exact match on the %zu held-out sequences (batch %d, %s, seed %llu)\n",
+                data.held_out.size(), o.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
     for (long step = 1; step <= o.steps && reached < 2; step++) {
         auto t0 = Clock::now();
-        train_step(model, data.draw_batch(rng, o.batch), o.lr);
+        train_step(model, data.draw_batch(rng, o.batch), scheduled_lr(o.schedule, o.lr, step, o.steps, o.warmup),
+                   optimizer);
         train_seconds += seconds_since(t0);
         if (step % 100 != 0) continue;
         auto t1 = Clock::now();

@@ -30,6 +30,12 @@
 #include "main.cpp"
 using namespace sorter_program;
 
+// One step of plain SGD, which keeps nothing between steps: what most tests train with.
+inline double sgd_step(Transformer& model, const std::vector<Example>& batch, double lr) {
+    Optimizer sgd;
+    return train_step(model, batch, lr, sgd);
+}
+
 // =============================================================================================
 // The gradient check
 // =============================================================================================
@@ -740,7 +746,7 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
 // The gradient train_step hands to SGD, checked against finite differences of the mean
 // cross-entropy over a batch of two examples, for every entry of every tensor in parameters().
 // The second example's source is two digits and two PADs, so padding masks are on the path.
-// train_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
+// sgd_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
 // The parameters are jittered first, so gamma, beta and the biases are not at their initial
 // 1 and 0. Run for the default model and for every exercise switch, and for a deeper stack.
 void check_model(const std::string& name, const ModelConfig& c) {
@@ -759,7 +765,7 @@ void check_model(const std::string& name, const ModelConfig& c) {
         }
         return L;
     };
-    check_gradients(name, tensors_of(model.parameters()), loss, [&] { train_step(model, batch, 0.0); });
+    check_gradients(name, tensors_of(model.parameters()), loss, [&] { sgd_step(model, batch, 0.0); });
 }
 
 TEST_CASE("gradient: whole model, default (pre-norm, sinusoidal, ReLU, scaled embedding)") {
@@ -912,8 +918,49 @@ ModelConfig default_model() { return fit_to_data(ModelConfig(), DataConfig()); }
 std::vector<double> train(Transformer& model, const Dataset& data, Rng& rng, int steps, int batch_size,
                           double lr) {
     std::vector<double> losses;
-    for (int step = 0; step < steps; step++) losses.push_back(train_step(model, data.draw_batch(rng, batch_size), lr));
+    for (int step = 0; step < steps; step++) losses.push_back(sgd_step(model, data.draw_batch(rng, batch_size), lr));
     return losses;
+}
+
+// Each optimizer's update against a hand computation. Every weight starts at 0.5 and every gradient
+// is 0.2 at the first update and -0.1 at the second, so every entry must follow these numbers:
+//   SGD, lr 0.1:       0.5 - 0.1 * 0.2 = 0.48;   0.48 + 0.1 * 0.1 = 0.49
+//   momentum, lr 0.1:  v = 0.2, w = 0.48;   v = 0.9 * 0.2 - 0.1 = 0.08, w = 0.48 - 0.008 = 0.472
+//   Adam, lr 0.01:     m = 0.02, s = 0.02 * 0.04 = 0.0008; m_hat = 0.02 / 0.1 = 0.2, s_hat = 0.0008 / 0.02
+//                      = 0.04, w = 0.5 - 0.01 * 0.2 / (0.2 + 1e-9) = 0.49000000005;
+//                      m = 0.018 - 0.01 = 0.008, s = 0.000784 + 0.0002 = 0.000984; m_hat = 0.008 / 0.19,
+//                      s_hat = 0.000984 / 0.0396, w = 0.49000000005 - 0.01 * 0.0421053 / 0.157634 = 0.487328922931409
+TEST_CASE("optimizers: SGD, momentum and Adam updates match a hand computation") {
+    DataConfig d = tiny_data();
+    struct Case { OptimizerKind kind; double lr, after1, after2; };
+    for (Case c : {Case{OptimizerKind::sgd, 0.1, 0.48, 0.49}, Case{OptimizerKind::momentum, 0.1, 0.48, 0.472},
+                   Case{OptimizerKind::adam, 0.01, 0.49000000005, 0.487328922931409}}) {
+        Transformer model(tiny_model(d), 1);
+        Optimizer optimizer(c.kind);
+        for (auto& [name, p] : model.parameters()) std::fill(p->value.data.begin(), p->value.data.end(), 0.5);
+        double expected[] = {c.after1, c.after2}, gradient[] = {0.2, -0.1};
+        for (int step = 0; step < 2; step++) {
+            for (auto& [name, p] : model.parameters()) std::fill(p->grad.data.begin(), p->grad.data.end(), gradient[step]);
+            optimizer.update(model, c.lr);
+            INFO(OPTIMIZER_NAMES[int(c.kind)] << " update " << step + 1);
+            for (auto& [name, p] : model.parameters())
+                for (double w : p->value.data) REQUIRE(w == doctest::Approx(expected[step]).epsilon(1e-13));
+        }
+        CHECK(optimizer.t == 2);
+    }
+}
+
+// The schedules at chosen steps: constant stays; linear falls from lr by lr / total a step; warmup
+// rises as t / warmup to lr at t = warmup, then falls as sqrt(warmup / t) (half of lr at 4 warmup).
+TEST_CASE("optimizers: learning-rate schedules") {
+    CHECK(scheduled_lr(Schedule::constant, 0.1, 77, 100, 10) == 0.1);
+    CHECK(scheduled_lr(Schedule::linear, 0.1, 1, 100, 10) == 0.1);
+    CHECK(scheduled_lr(Schedule::linear, 0.1, 51, 100, 10) == doctest::Approx(0.05));
+    CHECK(scheduled_lr(Schedule::linear, 0.1, 100, 100, 10) == doctest::Approx(0.001));
+    CHECK(scheduled_lr(Schedule::warmup, 0.1, 1, 100, 10) == doctest::Approx(0.01));
+    CHECK(scheduled_lr(Schedule::warmup, 0.1, 5, 100, 10) == doctest::Approx(0.05));
+    CHECK(scheduled_lr(Schedule::warmup, 0.1, 10, 100, 10) == doctest::Approx(0.1));
+    CHECK(scheduled_lr(Schedule::warmup, 0.1, 40, 100, 10) == doctest::Approx(0.05));
 }
 
 // A short run learns: 200 steps of batch 16 at lr 0.3 on the default model. The first step's
@@ -979,7 +1026,7 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
         loss_one += weight * cross_entropy(logits_one.back(), e.target, weight, d_logits);
         one.backward(d_logits);
     }
-    double loss_stacked = train_step(stacked, batch, 0.0);  // lr 0: the weights stay, the grads remain
+    double loss_stacked = sgd_step(stacked, batch, 0.0);  // lr 0: the weights stay, the grads remain
     CHECK(loss_stacked == loss_one);
     auto po = one.parameters(), ps = stacked.parameters();
     for (std::size_t i = 0; i < po.size(); i++) {
@@ -1104,7 +1151,7 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     Transformer model(c, 3);
     Dataset data(d, {}, 20, 5);
     Rng rng(9);
-    for (int step = 0; step < 3; step++) train_step(model, data.draw_batch(rng, 4), 0.1);
+    for (int step = 0; step < 3; step++) sgd_step(model, data.draw_batch(rng, 4), 0.1);
     return model;
 }
 
@@ -1239,6 +1286,20 @@ TEST_CASE("printable: a bad file's raw bytes reach the terminal escaped") {
     CHECK(printable("--lr 0.5: fine") == "--lr 0.5: fine");
 }
 
+// Without --lr, each optimizer gets its own rate; --dump-step (an SGD step for make reference) refuses the others.
+TEST_CASE("optimizers: flags") {
+    Options o;
+    CHECK(parse_error({"--optimizer", "adam"}, &o).empty());
+    CHECK(o.lr == 0.001);
+    CHECK(parse_error({"--optimizer", "momentum", "--lr", "0.05"}, &o).empty());
+    CHECK(o.lr == 0.05);
+    CHECK(o.optimizer == OptimizerKind::momentum);
+    CHECK(parse_error({"--schedule", "warmup", "--warmup", "300"}, &o).empty());
+    CHECK((o.schedule == Schedule::warmup && o.warmup == 300 && o.lr == 0.1));
+    CHECK(contains(parse_error({"--optimizer", "adamw"}), "--optimizer"));
+    CHECK(contains(parse_error({"--optimizer", "adam", "--dump-step", "x.txt"}), "cannot be combined with --optimizer adam"));
+}
+
 // The table of options is the one source of --help, of parsing and of the --load check: every
 // flag in it is printed by --help, parses, and (when the checkpoint fixes it) is refused with
 // --load; the variant line lists exactly the data and variant settings that differ.
@@ -1271,8 +1332,8 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
             CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));
         }
     }
-    CHECK(flags == 33);
-    CHECK(fixed == 20);
+    CHECK(flags == 36);
+    CHECK(fixed == 23);
     CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
 
     Options o;
@@ -1606,7 +1667,7 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     std::istringstream checkpoint(rest);
     Transformer before = read_checkpoint(checkpoint, "the dump", loaded_data);
     CHECK(before.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
-    CHECK(std::strtod(loss_text.c_str(), nullptr) == train_step(model, batch, 0.25));
+    CHECK(std::strtod(loss_text.c_str(), nullptr) == sgd_step(model, batch, 0.25));
 }
 
 // ---------------------------------------------------------------------------------------------

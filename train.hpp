@@ -1,4 +1,4 @@
-// train.hpp -- data, loss, SGD and greedy decoding for the digit sorter.
+// train.hpp -- data, loss, optimizers and greedy decoding for the digit sorter.
 //
 // Read after model.hpp. An example is a source sequence of digits and the target the task asks
 // for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
@@ -154,17 +154,71 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 }
 
 // ---------------------------------------------------------------------------------------------
-// One step of stochastic gradient descent on a mini-batch: zero every grad, add up the gradient
-// of the mean loss over the batch, then move every parameter against its gradient.
+// Optimizers: how one step moves every parameter w, given its gradient g (the batch's mean) and the
+// step's learning rate lr. What one needs between steps, it keeps per parameter, in w's shape.
+//   SGD        w -= lr g
+//   momentum   v = mu v + g,  w -= lr v        (mu 0.9: v sums past gradients, decaying, so a steady
+//                                               direction gathers speed and noise cancels out)
+//   Adam       m = beta1 m + (1 - beta1) g,  s = beta2 s + (1 - beta2) g^2   (running means of g, g^2)
+//              m_hat = m / (1 - beta1^t),    s_hat = s / (1 - beta2^t)       (both start at 0: unbias)
+//              w -= lr m_hat / (sqrt(s_hat) + eps)                           (a step size per entry)
+//   with the paper's beta1 0.9, beta2 0.98, eps 1e-9; t counts the updates from 1.
 // ---------------------------------------------------------------------------------------------
-inline void sgd_update(Transformer& model, double lr) {
-    for (auto& [name, param] : model.parameters())
-        for (std::size_t i = 0; i < param->value.data.size(); i++)
-            param->value.data[i] -= lr * param->grad.data[i];
+enum class OptimizerKind { sgd, momentum, adam };
+
+struct Optimizer {
+    static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
+    OptimizerKind kind = OptimizerKind::sgd;
+    long t = 0;                 // updates made so far
+    std::vector<Matrix> m, s;   // one per parameter, its shape: momentum's v is m; Adam uses m and s
+
+    explicit Optimizer(OptimizerKind k = OptimizerKind::sgd) : kind(k) {}
+
+    void update(Transformer& model, double lr) {
+        ParamList params = model.parameters();
+        for (std::size_t k = m.size(); k < params.size(); k++) {  // the first update: start from zero
+            m.emplace_back(params[k].second->value.rows, params[k].second->value.cols);
+            s.emplace_back(params[k].second->value.rows, params[k].second->value.cols);
+        }
+        t++;
+        const double unbias1 = 1.0 - std::pow(beta1, double(t)), unbias2 = 1.0 - std::pow(beta2, double(t));
+        for (std::size_t k = 0; k < params.size(); k++) {
+            std::vector<double>&w = params[k].second->value.data, &mk = m[k].data, &sk = s[k].data;
+            const std::vector<double>& g = params[k].second->grad.data;
+            for (std::size_t i = 0; i < w.size(); i++) {
+                if (kind == OptimizerKind::sgd) {
+                    w[i] -= lr * g[i];
+                } else if (kind == OptimizerKind::momentum) {
+                    mk[i] = mu * mk[i] + g[i];
+                    w[i] -= lr * mk[i];
+                } else {
+                    mk[i] = beta1 * mk[i] + (1.0 - beta1) * g[i];
+                    sk[i] = beta2 * sk[i] + (1.0 - beta2) * g[i] * g[i];
+                    w[i] -= lr * (mk[i] / unbias1) / (std::sqrt(sk[i] / unbias2) + eps);
+                }
+            }
+        }
+    }
+};
+
+// Learning-rate schedules: the rate of step t (1 .. total) for the base rate lr.
+//   constant   lr
+//   linear     lr (1 - (t - 1) / total): from lr at the first step down towards 0 at the last
+//   warmup     lr min(t / warmup, sqrt(warmup / t)): a straight line up for `warmup` steps, then down
+//              as 1 / sqrt(t). The paper's d_model^-0.5 min(t^-0.5, t warmup^-1.5), scaled to peak at lr.
+enum class Schedule { constant, linear, warmup };
+inline double scheduled_lr(Schedule schedule, double lr, long t, long total, long warmup) {
+    if (schedule == Schedule::linear) return lr * (1.0 - double(t - 1) / double(total));
+    if (schedule == Schedule::warmup) return lr * std::min(double(t) / warmup, std::sqrt(double(warmup) / t));
+    return lr;
 }
 
+// ---------------------------------------------------------------------------------------------
+// One training step on a mini-batch: zero every grad, add up the gradient of the mean loss over the
+// batch, then let the optimizer move every parameter.
+// ---------------------------------------------------------------------------------------------
 // The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
-inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr) {
+inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer) {
     model.zero_grad();
     Transformer::Batch sources, targets_in;
     for (const Example& e : batch) {
@@ -181,7 +235,7 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
         add_into_block(d_e, e * T, 0, d_logits);
     }
     model.backward(d_logits);
-    sgd_update(model, lr);
+    optimizer.update(model, lr);
     return loss;
 }
 
