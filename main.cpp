@@ -9,7 +9,7 @@
 //   4. Terminal pictures      attention heatmaps, the positional table, the loss curve
 //   5. Looking inside         --trace-shapes and --params
 //   6. SVG pictures           --svg DIR: the same pictures as files for a browser
-//   7. Demonstrations         --demo scale and --demo softmax, for two of the exercises
+//   7. Demonstrations         --demo scale, softmax and gradcheck, for three of the exercises
 //   8. The training run       and --dump-step, the first step for reference/torch_sorter.py
 //   9. The run                what the options ask for, in order
 //  10. Speed                  --speed and --bench (make bench)
@@ -77,7 +77,7 @@ struct Options {
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
     std::string svg_dir, save_path, load_path, train_data_path;
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
-    std::string demo;                     // "scale" or "softmax"
+    std::string demo;                     // "scale", "softmax" or "gradcheck"
 };
 const Options DEFAULTS;
 
@@ -86,7 +86,7 @@ const std::vector<std::string> TASK_NAMES = {"sort", "copy", "reverse"};
 const std::vector<std::string> NORM_NAMES = {"pre", "post"};
 const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
-const std::vector<std::string> DEMO_NAMES = {"scale", "softmax"};
+const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
 const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 // The learning rate of each optimizer when --lr is not given: momentum's steps are about 1 / (1 - mu)
@@ -278,7 +278,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
-             "softmax subtracts the row max before exp (no training)", false,
+             "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
+             "step h (no training)", false,
              [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
         {"Seeing inside", "./sorter --steps 1500 --show-attention --svg /tmp", false, {
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
@@ -1174,6 +1175,45 @@ inline void demo_softmax() {
                 "and after one SGD step every parameter: the whole model is lost.\n");
 }
 
+// The gradient check's step h (tests.cpp): the central difference (L(w + h) - L(w - h)) / 2h against
+// the backward's dL/dw for one weight, h from 1e-1 to 1e-13. Its error has two parts: truncation,
+// about h^2 L''' / 6, which shrinks with h, and round-off, about eps |L| / h (L(w + h) and L(w - h)
+// share most of their digits, and eps = 2.2e-16 of |L| is lost in each), which grows as h shrinks.
+// On a log scale the sum is a V, lowest near h = 1e-5.
+inline void demo_gradcheck() {
+    DataConfig d;
+    Dataset data(d, {}, 0);
+    ModelConfig c = fit_to_data(ModelConfig{}, d);
+    c.activation = Activation::gelu;  // smooth: with ReLU, a unit that switches within h bends the large-h side
+    Transformer model(c, 1);
+    Rng rng = training_rng(1);
+    std::vector<Example> batch = data.draw_batch(rng, 8);
+    Optimizer sgd;
+    auto loss = [&] { return train_step(model, batch, 0.0, sgd); };  // lr 0: the loss and the grads, no step
+    loss();
+    Param& p = model.decoder[0].self_attn.W_q.W;
+    double& w = p.value.at(3, 5);
+    const double analytic = p.grad.at(3, 5), saved = w;
+    std::printf("--- how big a step h for the central difference? ---\n"
+                "weight decoder.0.self_attn.W_q[3][5] of the default model with GELU (seed 1); L = the mean loss of 8 examples\n"
+                "backward: dL/dw = %.15f\n\n%8s  %24s  %9s  %s\n", analytic, "h", "(L(w+h) - L(w-h)) / 2h", "|error|",
+                "log10 |error|, one # per half decade");
+    for (int k = 1; k <= 13; k++) {
+        double h = std::pow(10.0, -k);
+        w = saved + h;
+        double up = loss();
+        w = saved - h;
+        double down = loss();
+        w = saved;
+        double numeric = (up - down) / (2 * h), error = std::fabs(numeric - analytic);
+        double decades = error > 0 ? std::log10(error) : -17.0;
+        std::printf("%8.0e  %24.15f  %9.1e  %6.1f %s\n", h, numeric, error, decades,
+                    std::string(std::size_t(std::max(0.0, 2 * (decades + 16))), '#').c_str());
+    }
+    std::printf("\nlarge h: truncation, the error falls as h^2 (two decades per decade of h);\n"
+                "small h: round-off, the error grows as 1/h; tests.cpp uses h = 3e-5, near the bottom of the V.\n");
+}
+
 // =============================================================================================
 // 8. The training run
 // =============================================================================================
@@ -1344,7 +1384,8 @@ inline int run(const Options& options) {
         else if (o.bench) run_bench(o);
         else if (o.speed) run_speed(o);
         else if (o.demo == "scale") demo_scale();
-        else demo_softmax();
+        else if (o.demo == "softmax") demo_softmax();
+        else demo_gradcheck();
         return 0;
     }
     check_output_paths(o);
