@@ -1026,6 +1026,7 @@ inline std::string positions_svg(const Matrix& P, const std::string& kind) {
 struct EvalPoint {
     long step;
     double loss, exact, token;  // mean training loss since the last evaluation; held-out shares
+    double held_out_loss;       // teacher-forced, on the held-out set
 };
 struct History {
     std::vector<double> losses;    // every step's mini-batch loss
@@ -1301,7 +1302,7 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
     if (!data.train_pool.empty()) std::printf("training data: %zu sequences\n", data.train_pool.size());
     std::printf("held-out: %zu sequences that training never draws\n", data.held_out.size());
     show_examples("before training", model, shown);
-    std::printf("\n%8s  %8s  %12s  %14s\n", "step", "loss", "exact-match", "token-accuracy");
+    std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     double train_seconds = 0.0, recent_loss = 0.0;
     long loss_count = 0;
     for (long step = 1; step <= o.steps; step++) {
@@ -1319,9 +1320,10 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
         loss_count++;
         if (step % o.eval_every == 0 || step == o.steps) {
             Accuracy a = evaluate(model, data.held_out);
-            history.evals.push_back({step, recent_loss / loss_count, a.exact, a.token});
-            std::printf("%8ld  %8.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(recent_loss / loss_count), 100 * a.exact,
-                        100 * a.token);
+            double held_out_loss = teacher_forced_loss(model, data.held_out);
+            history.evals.push_back({step, recent_loss / loss_count, a.exact, a.token, held_out_loss});
+            std::printf("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(recent_loss / loss_count),
+                        plain_nan(held_out_loss), 100 * a.exact, 100 * a.token);
             recent_loss = 0.0;
             loss_count = 0;
         }

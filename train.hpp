@@ -262,6 +262,27 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
     return decoded;
 }
 
+// The mean loss over examples under teacher forcing, with no update: the held-out loss that the
+// training table prints beside the training loss. 100 examples at a time, as one stack of rows.
+inline double teacher_forced_loss(Transformer& model, const std::vector<Example>& examples) {
+    double loss = 0.0;
+    for (std::size_t first = 0; first < examples.size(); first += 100) {
+        Transformer::Batch sources, targets_in;
+        for (std::size_t i = first; i < std::min(first + 100, examples.size()); i++) {
+            sources.push_back(examples[i].source);
+            targets_in.push_back(examples[i].target_in);
+        }
+        Matrix logits = model.forward(sources, targets_in);  // (n T, V)
+        int T = logits.rows / int(sources.size());
+        for (std::size_t k = 0; k < sources.size(); k++) {
+            Matrix unused(T, logits.cols);  // the gradient, not needed here
+            loss += cross_entropy(take_block(logits, int(k) * T, T, 0, logits.cols), examples[first + k].target, 1.0,
+                                  unused) / double(examples.size());
+        }
+    }
+    return loss;
+}
+
 struct Accuracy {
     double token = 0.0;  // share of the target's digits predicted right (PAD positions not counted)
     double exact = 0.0;  // share of sequences right at every position, PAD included
