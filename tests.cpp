@@ -1786,7 +1786,7 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     Transformer model(c, 1);
     History h;
     for (int s = 1; s <= 30; s++) h.losses.push_back(2.0 / s);
-    h.evals = {{10, 0.5, 0.2, 0.6}, {20, 0.1, 0.7, 0.9}, {30, 0.05, 1.0, 1.0}};
+    h.evals = {{10, 0.5, 0.2, 0.6, 0.4}, {20, 0.1, 0.7, 0.9, 0.2}, {30, 0.05, 1.0, 1.0, 0.1}};
     TempDir dir("svg");
     write_pictures(dir.path.string(), model, make_example({5, 3, 9, 1, 1}, d).source, &h);
     CHECK(dir.listing() == std::vector<std::string>{"attention.svg", "pe.svg", "training.svg"});
@@ -1877,7 +1877,7 @@ TEST_CASE("training stops at the step it diverges, and writes nothing") {
 TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     History h;
     h.losses = {2.0, 1.0, std::numeric_limits<double>::infinity(), std::nan("")};
-    h.evals = {{4, std::nan(""), 0.0, 0.0}};
+    h.evals = {{4, std::nan(""), 0.0, 0.0, std::nan("")}};
     std::string svg = training_svg(h);
     CHECK(svg.rfind("<svg", 0) == 0);
     CHECK(!contains(svg, "nan"));
