@@ -75,6 +75,7 @@ struct Options {
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
     bool help = false, bench = false, speed = false;
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
+    bool inspect = false;
     std::string svg_dir, save_path, load_path, train_data_path;
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // "scale", "softmax" or "gradcheck"
@@ -285,6 +286,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
                         "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
             switch_flag("--numbers", "print the numbers below each terminal heatmap", false, true, &O::numbers),
+            switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head switched "
+                        "off, and how often cross-attention points at the digit being written", false, true,
+                        &O::inspect),
             switch_flag("--show-pe", "the positional-encoding table as a heatmap, then stop (no training)", false,
                         true, &O::show_pe),
             switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
@@ -730,21 +734,32 @@ struct AttentionMap {
 };
 
 // Run one forward pass and collect every head's map from the caches it saved.
+// Every attention layer of the model with its name, in the order of the forward pass.
+struct AttentionLayer {
+    std::string name;          // "decoder.0 cross-attention"
+    MultiHeadAttention* attn;
+    bool queries_from_decoder, keys_from_decoder;
+};
+inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
+    std::vector<AttentionLayer> layers;
+    for (std::size_t i = 0; i < model.encoder.size(); i++)
+        layers.push_back({"encoder." + std::to_string(i) + " self-attention", &model.encoder[i].self_attn, false, false});
+    for (std::size_t i = 0; i < model.decoder.size(); i++) {
+        layers.push_back({"decoder." + std::to_string(i) + " causal self-attention", &model.decoder[i].self_attn, true,
+                          true});
+        layers.push_back({"decoder." + std::to_string(i) + " cross-attention", &model.decoder[i].cross_attn, true, false});
+    }
+    return layers;
+}
 inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::vector<int>& source,
                                                 const std::vector<int>& dec_in) {
     model.forward({source}, {dec_in});
     std::vector<std::string> src = token_names(source, model.config), dec = token_names(dec_in, model.config);
     std::vector<AttentionMap> maps;
-    auto add = [&](const std::string& layer, const MultiHeadAttention& m, const std::vector<std::string>& q,
-                   const std::vector<std::string>& k) {
-        for (int h = 0; h < m.n_heads; h++) maps.push_back({layer, h, m.heads[h].P, q, k});
-    };
-    for (std::size_t i = 0; i < model.encoder.size(); i++)
-        add("encoder." + std::to_string(i) + " self-attention", model.encoder[i].self_attn, src, src);
-    for (std::size_t i = 0; i < model.decoder.size(); i++) {
-        add("decoder." + std::to_string(i) + " causal self-attention", model.decoder[i].self_attn, dec, dec);
-        add("decoder." + std::to_string(i) + " cross-attention", model.decoder[i].cross_attn, dec, src);
-    }
+    for (const AttentionLayer& l : attention_layers(model))
+        for (int h = 0; h < l.attn->n_heads; h++)
+            maps.push_back({l.name, h, l.attn->heads[h].P, l.queries_from_decoder ? dec : src,
+                            l.keys_from_decoder ? dec : src});
     return maps;
 }
 inline void print_attention(const std::vector<AttentionMap>& maps, bool numbers) {  // --show-attention
@@ -924,6 +939,51 @@ inline void print_params(Transformer& model) {
         std::printf("  %-12s %9ld   %s\n", g.block.c_str(), g.total, parts.c_str());
     }
     std::printf("  %-12s %9ld\n", "total", total);
+}
+
+// --inspect: what a trained model relies on, measured on the held-out set.
+// (a) Exact-match with one head switched off at a time (its output left out of the join): a head the
+//     model needs costs accuracy when it is silenced; a head it does not need costs nothing.
+// (b) The pointer check. Sorting as a program (the RASP view) reads: at output step t, find the
+//     source position holding the t-th smallest digit and copy it. If a cross-attention head does
+//     that, its strongest weight at each step falls on a source position that holds the digit being
+//     emitted. The share of steps (emitting a digit, not PAD) where it does, per layer and head.
+inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
+    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
+                100 * evaluate(model, held_out).exact);
+    for (const AttentionLayer& l : attention_layers(model))
+        for (int h = 0; h < l.attn->n_heads; h++) {
+            l.attn->silenced = h;
+            double exact = evaluate(model, held_out).exact;
+            l.attn->silenced = -1;
+            std::printf("  %-36s head %d off: %5.1f%%\n", l.name.c_str(), h, 100 * exact);
+        }
+    const int n_heads = model.config.n_heads, layers = int(model.decoder.size());
+    std::vector<long> hits(std::size_t(layers) * n_heads, 0);
+    long steps = 0;
+    for (std::size_t first = 0; first < held_out.size(); first += 100) {
+        Transformer::Batch sources;
+        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++) sources.push_back(held_out[i].source);
+        greedy_decode(model, sources, int(held_out[first].target.size()), [&](int, const std::vector<int>& chosen) {
+            for (std::size_t e = 0; e < chosen.size(); e++) {
+                if (chosen[e] == PAD || chosen[e] == start_token(model.config.vocab)) continue;
+                steps++;
+                for (int l = 0; l < layers; l++)
+                    for (int h = 0; h < n_heads; h++) {
+                        const Matrix& P = model.decoder[l].cross_attn.heads[e * n_heads + h].P;  // (1, S)
+                        int strongest = int(std::max_element(P.data.begin(), P.data.end()) - P.data.begin());
+                        hits[std::size_t(l) * n_heads + h] += sources[e][strongest] == chosen[e];
+                    }
+            }
+        });
+    }
+    std::printf("\n--- inspect: the pointer check, over %ld decoding steps that emit a digit ---\n"
+                "share of steps whose strongest cross-attention falls on a source position holding that digit\n",
+                steps);
+    for (int l = 0; l < layers; l++)
+        for (int h = 0; h < n_heads; h++)
+            std::printf("  decoder.%d cross-attention head %d: %5.1f%%\n", l, h,
+                        steps ? 100.0 * hits[std::size_t(l) * n_heads + h] / steps : 0.0);
 }
 
 // =============================================================================================
@@ -1443,6 +1503,7 @@ inline int run(const Options& options) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
         print_attention(attention_maps(model, example.source, shifted_right(guess, c.vocab)), o.numbers);
     }
+    if (o.inspect) inspect(model, Dataset(o.data).held_out);
     if (!o.save_path.empty()) {  // the model first: a picture that fails to write must not lose it
         save_checkpoint(o.save_path, model, o.data);
         std::printf("saved %s\n", o.save_path.c_str());

@@ -225,6 +225,7 @@ struct MultiHeadAttention {
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
     Matrix K, V;                        // (n_seq S, d_model): the keys and values of the last call
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
+    int silenced = -1;                  // a head whose output is left out (--inspect, never in training)
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng)
@@ -252,7 +253,7 @@ struct MultiHeadAttention {
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
                 Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, col, d_k),
                                        take_block(V, e * S, S, col, d_k), mask_e, heads[e * n_heads + h]);
-                add_into_block(O_h, e * T, col, joined);  // (T, d_k)
+                if (h != silenced) add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
     }

@@ -882,6 +882,29 @@ TEST_CASE("greedy_decode: output length, START first, its steps the same as one 
     }
 }
 
+// --inspect's two tools. Silencing a head leaves its output out of the join, so the logits change,
+// and un-silencing gives back the very same bits. greedy_decode's watch sees every step, with the
+// tokens that the decoding then returns.
+TEST_CASE("inspect: a silenced head changes the output; the step watch sees every chosen token") {
+    DataConfig d = tiny_data();
+    Transformer model(tiny_model(d), 21);
+    const std::vector<int> source = {5, 3, 1, 4};
+    const std::vector<int> target_in = {start_token(model.config.vocab), 1, 3, 4};
+    Matrix before = model.forward({source}, {target_in});
+    model.decoder[0].cross_attn.silenced = 1;
+    Matrix silenced = model.forward({source}, {target_in});
+    model.decoder[0].cross_attn.silenced = -1;
+    CHECK(silenced.data != before.data);
+    CHECK(model.forward({source}, {target_in}).data == before.data);
+    std::vector<std::vector<int>> seen;
+    std::vector<int> out = greedy_decode(model, {source}, 4, [&](int step, const std::vector<int>& chosen) {
+        CHECK(step == int(seen.size()));
+        seen.push_back(chosen);
+    })[0];
+    REQUIRE(seen.size() == 4);
+    for (int t = 0; t < 4; t++) CHECK(seen[t] == std::vector<int>{out[t]});
+}
+
 // Token accuracy counts the target's digits only: a PAD position (the output has ended) is not a
 // token the model got right. Exact match asks for every position, PAD included. An untrained model
 // is scored against targets it happens to produce: evaluate on examples whose target is replaced
@@ -1332,7 +1355,7 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
             CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));
         }
     }
-    CHECK(flags == 36);
+    CHECK(flags == 37);
     CHECK(fixed == 23);
     CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -245,8 +246,11 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
 // runs only the newest tokens through the decoder (which keeps the earlier keys and values), many
 // sources together as one stack of rows: the same bits as one at a time over the whole prefix.
 // ---------------------------------------------------------------------------------------------
+// watch, when given, is called after every step with the step and each sequence's new token: the
+// attention maps of that step are still in the model then (--inspect reads them).
+using StepWatch = std::function<void(int step, const std::vector<int>& chosen)>;
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources,
-                                                   int length) {
+                                                   int length, const StepWatch& watch = nullptr) {
     Matrix memory = model.encode(sources);
     Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});  // each sequence's last token
     std::vector<std::vector<int>> decoded(sources.size());
@@ -258,6 +262,7 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
                 if (logits.at(int(e), v) > logits.at(int(e), best)) best = v;
             decoded[e].push_back(newest[e][0] = best);
         }
+        if (watch) watch(step, Transformer::joined(newest));
     }
     return decoded;
 }
