@@ -70,6 +70,7 @@ struct Options {
     OptimizerKind optimizer = OptimizerKind::sgd;
     Schedule schedule = Schedule::constant;
     long warmup = 1000;  // steps of --schedule warmup
+    int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
     uint64_t seed = 1;
     long eval_every = 2000;
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
@@ -269,6 +270,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &O::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
             whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, true, &O::eval_every),
+            whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
+                       "pass --seq-len (the position table is made that long); 0: none", 0, MAX_SEQ_LEN, true,
+                       &O::test_len),
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
                       "make reference", true, &O::dump_step_path)}},
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
@@ -381,6 +385,7 @@ inline Options parse_options(int argc, char** argv) {
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
     m = fit_to_data(m, d);
+    m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
     return o;
 }
 
@@ -623,7 +628,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
-    if (c.max_len != d.seq_len) fail(header + fmt("max_len %d does not match seq_len %d", c.max_len, d.seq_len));
+    if (c.max_len < d.seq_len) fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len));
     long count = r.whole("tensors", 1, 1000);
     // Every value takes at least two bytes (a digit and a space or newline), so a file too short for
     // the model its header describes is refused before that model is allocated. (A pipe, which
@@ -984,6 +989,34 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
         for (int h = 0; h < n_heads; h++)
             std::printf("  decoder.%d cross-attention head %d: %5.1f%%\n", l, h,
                         steps ? 100.0 * hits[std::size_t(l) * n_heads + h] / steps : 0.0);
+}
+
+// --test-len N: held-out exact-match for every input length from 1 to N, on inputs training never drew.
+// A length training drew from (--min-len to --seq-len) uses the run's own held-out sequences of that
+// length; any other length is unseen whatever its digits, so 200 are drawn fresh (fewer where fewer
+// exist). Shorter inputs are padded to --seq-len, as in training. Lengths past --seq-len use positions
+// training never reached: sinusoidal ones are defined there, learned ones are rows of the table that
+// training never moved (still their random start), and --pos none has no positions to leave behind.
+inline void length_report(Transformer& model, const Dataset& data, int test_len) {
+    const DataConfig& trained = data.config;
+    std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,
+                trained.seq_len);
+    for (int len = 1; len <= test_len; len++) {
+        std::vector<Example> tests;
+        if (len >= trained.min_len && len <= trained.seq_len) {
+            for (const Example& e : data.held_out)
+                if (std::count(e.source.begin(), e.source.end(), PAD) == trained.seq_len - len) tests.push_back(e);
+        } else {
+            DataConfig d = trained;
+            d.seq_len = d.min_len = len;
+            for (const Example& e : Dataset(d, {}, 200, HELD_OUT_SEED + uint64_t(len)).held_out)
+                tests.push_back(len < trained.seq_len ? make_example(e.source, trained) : e);
+        }
+        Accuracy a = evaluate(model, tests);
+        std::printf("  length %2d: %5.1f%% (%d/%d)%s\n", len, 100 * a.exact, a.exact_count, a.total,
+                    len > trained.seq_len ? "   longer than any training input"
+                                          : len < trained.min_len ? "   shorter than any training input" : "");
+    }
 }
 
 // =============================================================================================
@@ -1504,6 +1537,7 @@ inline int run(const Options& options) {
         print_attention(attention_maps(model, example.source, shifted_right(guess, c.vocab)), o.numbers);
     }
     if (o.inspect) inspect(model, Dataset(o.data).held_out);
+    if (o.test_len > 0) length_report(model, Dataset(o.data, pool), o.test_len);
     if (!o.save_path.empty()) {  // the model first: a picture that fails to write must not lose it
         save_checkpoint(o.save_path, model, o.data);
         std::printf("saved %s\n", o.save_path.c_str());

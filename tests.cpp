@@ -1320,6 +1320,10 @@ TEST_CASE("optimizers: flags") {
     CHECK(parse_error({"--schedule", "warmup", "--warmup", "300"}, &o).empty());
     CHECK((o.schedule == Schedule::warmup && o.warmup == 300 && o.lr == 0.1));
     CHECK(contains(parse_error({"--optimizer", "adamw"}), "--optimizer"));
+    CHECK(parse_error({"--seq-len", "5", "--test-len", "9"}, &o).empty());  // the position table reaches 9
+    CHECK((o.model.max_len == 9 && o.data.seq_len == 5));
+    CHECK(parse_error({"--seq-len", "6", "--test-len", "3"}, &o).empty());
+    CHECK(o.model.max_len == 6);
     CHECK(contains(parse_error({"--optimizer", "adam", "--dump-step", "x.txt"}), "cannot be combined with --optimizer adam"));
 }
 
@@ -1355,8 +1359,8 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
             CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));
         }
     }
-    CHECK(flags == 37);
-    CHECK(fixed == 23);
+    CHECK(flags == 38);
+    CHECK(fixed == 24);
     CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
 
     Options o;
@@ -1587,6 +1591,20 @@ TEST_CASE("checkpoint: the line count does not overflow past 2^31") {
     r.line = 2147483647;
     CHECK(r.next() == "sorter-checkpoint");
     CHECK(r.at() == "--load big.txt line 2147483650");
+}
+
+// --test-len makes the position table longer than the training inputs (max_len above seq_len); such a
+// model saves and loads like any other, while a table shorter than the inputs is refused.
+TEST_CASE("checkpoint: a position table longer than the inputs (--test-len) round-trips") {
+    DataConfig d = tiny_data();
+    ModelConfig c = tiny_model(d);
+    c.max_len = d.seq_len + 3;
+    c.positions = Positions::learned;
+    Transformer model(c, 4);
+    std::string text = checkpoint_text(model, d);
+    CHECK(load_error(text).empty());
+    CHECK(contains(load_error(replace_once(text, "max_len " + std::to_string(c.max_len), "max_len 2")),
+                   "max_len 2 is below seq_len"));
 }
 
 // A header claiming the largest model the caps allow, and nothing after it, is refused before the
