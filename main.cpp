@@ -57,6 +57,7 @@ struct UsageError { std::string message; };
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
 // largest model they allow has about 15 million parameters (about 250 MB with the gradients).
 constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
+constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
 
@@ -86,7 +87,7 @@ const Options DEFAULTS;
 // Names of the choices, shared by the flags and the checkpoint header.
 const std::vector<std::string> TASK_NAMES = {"sort", "copy", "reverse"};
 const std::vector<std::string> NORM_NAMES = {"pre", "post"};
-const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none"};
+const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
 const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
 const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
@@ -278,7 +279,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
             choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_NAMES, true,
                         &M::norm),
-            choice_flag("--pos", "positional encoding", POSITION_NAMES, true, &M::positions),
+            choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from 4 x the "
+                        "longest input (Ruoss et al. 2023)", POSITION_NAMES, true, &M::positions),
             choice_flag("--act", "feed-forward activation", ACTIVATION_NAMES, true, &M::activation),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
@@ -386,6 +388,7 @@ inline Options parse_options(int argc, char** argv) {
                      ": the checkpoint fixes the model, its data and its training");
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
+    if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
     return o;
 }
 
@@ -608,7 +611,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     DataConfig d;
     // The header, in the order write_checkpoint writes it.
     c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
-    c.max_len = r.whole("max_len", 1, MAX_SEQ_LEN);
+    c.max_len = r.whole("max_len", 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN);
     c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
     c.n_heads = r.whole("n_heads", 1, MAX_HEADS);
     c.d_ff = r.whole("d_ff", 1, MAX_D_FF);

@@ -23,7 +23,7 @@
 #include "matrix.hpp"
 
 enum class Norm { pre, post };
-enum class Positions { sinusoidal, learned, none };
+enum class Positions { sinusoidal, learned, none, random };
 enum class Activation { relu, gelu };
 
 struct ModelConfig {
@@ -118,33 +118,42 @@ struct Embedding {
         if (positions == Positions::learned) list.push_back({name + ".positions", &learned});
     }
     const Matrix* position_table() const {  // (max_len, d_model), or nullptr
-        if (positions == Positions::sinusoidal) return &fixed;
         if (positions == Positions::learned) return &learned.value;
-        return nullptr;  // Positions::none: the model sees a bag of tokens
+        if (positions == Positions::none) return nullptr;  // the model sees a bag of tokens
+        return &fixed;  // sinusoidal, or random: rows of the same fixed table
     }
-    // tokens: one sequence, or n_seq sequences of equal length L one after another; row r is position
-    // first + r % L (first > 0: greedy decoding's newest tokens, one per sequence).
-    Matrix forward(const std::vector<int>& tokens, int n_seq = 1, int first = 0) const {
+    // tokens: n_seq sequences one after another; token t reads row rows[t] of the position table.
+    Matrix forward(const std::vector<int>& tokens, const std::vector<int>& rows) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
-        int L = X.rows / n_seq;
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(first + t % L, c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(rows[t], c) : 0.0);
         return X;
     }
-    // forward: X[t] = table[token_t] * scale + pos[t]
-    // so       table.grad[token_t] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
-    //          learned.grad[t]     += dX[t]           (only when positions are learned)
+    // forward: X[t] = table[token_t] * scale + pos[rows_t]
+    // so       table.grad[token_t]  += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
+    //          learned.grad[rows_t] += dX[t]           (only when positions are learned)
     // Returns nothing: the input is token ids, which have no gradient.
-    void backward(const std::vector<int>& tokens, const Matrix& dX) {  // one sequence
+    void backward(const std::vector<int>& tokens, const std::vector<int>& rows, const Matrix& dX) {
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
                 table.grad.at(tokens[t], c) += scale * dX.at(t, c);
-                if (positions == Positions::learned) learned.grad.at(t, c) += dX.at(t, c);
+                if (positions == Positions::learned) learned.grad.at(rows[t], c) += dX.at(t, c);
             }
     }
 };
+
+// Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with Positions::random
+// (Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
+// training at short lengths visits every row, so a longer input at test time meets no unseen row.
+inline std::vector<int> position_rows(int L, int max_len, Positions positions, Rng& rng) {
+    std::vector<int> rows;
+    for (int row = 0; row < max_len && int(rows.size()) < L; row++)  // take each row with chance
+        if (positions != Positions::random || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
+            rows.push_back(row);
+    return rows;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V.
@@ -506,6 +515,8 @@ struct Transformer {
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
+    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
+    Rng position_draws{1};           // Positions::random's draws, one list of rows per source
 
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
@@ -514,14 +525,19 @@ struct Transformer {
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, true, rng);
+        position_draws = Rng(rng.next());
     }
 
     // A mini-batch runs as one stack of rows: sequence e owns rows e*S .. of the memory and e*T ..
     // of the decoder's matrices and the logits. Its masks are stacked the same way.
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
-        Matrix src_mask = padding_mask(int(srcs[0].size()), srcs);  // (n_seq S, S)
-        Matrix x = embed.forward(joined(srcs), int(srcs.size()));
+        int S = int(srcs[0].size());
+        source_rows.clear();
+        for (std::size_t e = 0; e < srcs.size(); e++)
+            source_rows.push_back(position_rows(S, config.max_len, config.positions, position_draws));
+        Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
+        Matrix x = embed.forward(joined(srcs), joined(source_rows));
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
@@ -529,12 +545,17 @@ struct Transformer {
     // Greedy decoding (train.hpp) passes each sequence's newest token only, at position `first`; from
     // first = 1 on, the attentions go on from the keys and values they kept, all visible to the new rows
     // (no causal mask). Its rows are those a pass over the whole prefix would give last, bit for bit.
+    // Decoder token t reads the position row of source token t: every task's output is as long as its
+    // input, and with random positions both sides then share one draw.
     Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first = 0) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
+        target_rows.assign(n_seq, {});
+        for (int e = 0; e < n_seq; e++)
+            for (int t = first; t < first + T; t++) target_rows[e].push_back(source_rows[e].at(t));
         Matrix memory_mask = padding_mask(T, srcs);  // (n_seq T, S); the causal mask (n_seq T, T)
         Matrix causal = first > 0 ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
-        Matrix y = embed.forward(joined(tgts_in), n_seq, first);
+        Matrix y = embed.forward(joined(tgts_in), joined(target_rows));
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, first > 0);
         return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
     }
@@ -559,8 +580,8 @@ struct Transformer {
         // forward: y = embed.forward(tgts_in) and x = embed.forward(srcs). The table is shared, so
         // sequence by sequence, decoder side first: the order in which one sequence at a time would add.
         for (int e = 0; e < n_seq; e++) {
-            embed.backward(targets_in[e], take_block(dy, e * T, T, 0, config.d_model));
-            embed.backward(sources[e], take_block(dx, e * S, S, 0, config.d_model));
+            embed.backward(targets_in[e], target_rows[e], take_block(dy, e * T, T, 0, config.d_model));
+            embed.backward(sources[e], source_rows[e], take_block(dx, e * S, S, 0, config.d_model));
         }
     }
 

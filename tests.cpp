@@ -410,34 +410,61 @@ TEST_CASE("positional encoding matches the formula at known points") {
     CHECK(pe.at(4, 13) == doctest::Approx(0.9999920000106667).epsilon(eps));  // cos(4 / 1000)
 }
 
-// X[t] = table[token_t] * scale + P[t]. The tokens repeat (3 and 1 twice), so the table's
-// scatter-add must add two rows' gradients into one. Checked with the fixed sinusoidal table,
-// with learned positions (a gradient for the position table too), and without the sqrt(d_model)
-// scale. Rows of tokens not in the sequence (0, 2, 4, 5) get exactly no gradient.
+// X[t] = table[token_t] * scale + P[rows_t]. The tokens repeat (3 and 1 twice), so the table's
+// scatter-add must add two rows' gradients into one. Checked with the fixed sinusoidal table, with
+// learned positions (a gradient for the position table too, at rows 0..4 and at drawn rows 1 2 4 5 7),
+// and without the sqrt(d_model) scale. Rows of tokens not in the sequence (0, 2, 4, 5) and position rows
+// no token read get exactly no gradient.
 TEST_CASE("gradient: Embedding + positions") {
     const std::vector<int> tokens = {3, 1, 3, 6, 1};
     struct Variant {
         const char* name;
         Positions positions;
         bool embed_scale;
+        std::vector<int> rows;
     };
-    for (Variant v : {Variant{"Embedding (sinusoidal)", Positions::sinusoidal, true},
-                      Variant{"Embedding (learned pos.)", Positions::learned, true},
-                      Variant{"Embedding (no scale)", Positions::sinusoidal, false}}) {
+    for (const Variant& v : {Variant{"Embedding (sinusoidal)", Positions::sinusoidal, true, {0, 1, 2, 3, 4}},
+                             Variant{"Embedding (learned pos.)", Positions::learned, true, {0, 1, 2, 3, 4}},
+                             Variant{"Embedding (learned, drawn)", Positions::learned, true, {1, 2, 4, 5, 7}},
+                             Variant{"Embedding (no scale)", Positions::sinusoidal, false, {0, 1, 2, 3, 4}}}) {
         ModelConfig c = small_config();
         c.positions = v.positions;
         c.embed_scale = v.embed_scale;
+        c.max_len = 8;
         Rng rng(21);
         Embedding embed(c, rng);
         CHECK(embed.scale == (v.embed_scale ? std::sqrt(8.0) : 1.0));
         std::vector<Tensor> params = tensors_of({{"table", &embed.table}, {"positions", &embed.learned}});
         CHECK(params.size() == (v.positions == Positions::learned ? 2u : 1u));
         check_block(v.name, params,
-                    [&] { return embed.forward(tokens); },
-                    [&](const Matrix& G) { embed.backward(tokens, G); });
+                    [&] { return embed.forward(tokens, v.rows); },
+                    [&](const Matrix& G) { embed.backward(tokens, v.rows, G); });
         for (int token : {0, 2, 4, 5})
             for (int j = 0; j < c.d_model; j++) CHECK(embed.table.grad.at(token, j) == 0.0);
+        if (v.positions == Positions::learned)
+            for (int row = 0; row < c.max_len; row++)
+                if (std::find(v.rows.begin(), v.rows.end(), row) == v.rows.end())
+                    for (int j = 0; j < c.d_model; j++) CHECK(embed.learned.grad.at(row, j) == 0.0);
     }
+}
+
+// Without Positions::random the rows are 0..L-1 and no draw is made. With it: L distinct rows in
+// increasing order, and over many draws each of the max_len rows is taken about L / max_len of the time
+// (selection sampling is uniform over all subsets): 3 of 12 rows, 12,000 draws, so 3,000 each.
+TEST_CASE("position_rows: in order, and with Positions::random an even draw from the whole table") {
+    Rng rng(5), untouched(5);
+    CHECK(position_rows(4, 9, Positions::sinusoidal, rng) == std::vector<int>{0, 1, 2, 3});
+    CHECK(position_rows(4, 9, Positions::learned, rng) == std::vector<int>{0, 1, 2, 3});
+    CHECK(rng.next() == untouched.next());
+    CHECK(position_rows(5, 5, Positions::random, rng) == std::vector<int>{0, 1, 2, 3, 4});
+    std::vector<int> taken(12);
+    for (int draw = 0; draw < 12000; draw++) {
+        std::vector<int> rows = position_rows(3, 12, Positions::random, rng);
+        REQUIRE(rows.size() == 3u);
+        CHECK((rows[0] < rows[1] && rows[1] < rows[2]));
+        for (int row : rows) taken[row]++;
+    }
+    for (int row = 0; row < 12; row++) CHECK(std::abs(taken[row] - 3000) < 200);  // about 4 standard deviations
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -756,7 +783,11 @@ void check_model(const std::string& name, const ModelConfig& c) {
     jitter(model.parameters(), rng, 0.1);
     const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
     REQUIRE(batch[1].source == std::vector<int>{3, 1, PAD, PAD});
+    // Positions::random draws each source's rows anew at every forward: both sides of every difference,
+    // and the backward, must read the same draw, so each pass starts from the same draw state.
+    const Rng draws = model.position_draws;
     auto loss = [&] {
+        model.position_draws = draws;
         double L = 0.0;
         for (const Example& e : batch) {
             Matrix logits = model.forward({e.source}, {e.target_in});
@@ -765,7 +796,10 @@ void check_model(const std::string& name, const ModelConfig& c) {
         }
         return L;
     };
-    check_gradients(name, tensors_of(model.parameters()), loss, [&] { sgd_step(model, batch, 0.0); });
+    check_gradients(name, tensors_of(model.parameters()), loss, [&] {
+        model.position_draws = draws;
+        sgd_step(model, batch, 0.0);
+    });
 }
 
 TEST_CASE("gradient: whole model, default (pre-norm, sinusoidal, ReLU, scaled embedding)") {
@@ -780,6 +814,12 @@ TEST_CASE("gradient: whole model, Positions::learned") {
     ModelConfig c = tiny_model(tiny_data());
     c.positions = Positions::learned;
     check_model("model (learned positions)", c);
+}
+TEST_CASE("gradient: whole model, Positions::random") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.positions = Positions::random;
+    c.max_len = 12;  // each source of 4 reads 4 rows drawn from 12
+    check_model("model (random positions)", c);
 }
 TEST_CASE("gradient: whole model, Positions::none") {
     ModelConfig c = tiny_model(tiny_data());
