@@ -62,15 +62,20 @@ constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX
 constexpr double MAX_LR = 10.0;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
-struct Options {
-    ModelConfig model;
-    DataConfig data;
+// How a run trains. A checkpoint keeps all of it but the steps, so that --load FILE --steps N goes on.
+struct TrainConfig {
     long steps = 12000;
     int batch = 8;
     double lr = 0.1;  // with --optimizer momentum or adam and no --lr, that optimizer's own default
     OptimizerKind optimizer = OptimizerKind::sgd;
     Schedule schedule = Schedule::constant;
     long warmup = 1000;  // steps of --schedule warmup
+};
+
+struct Options {
+    ModelConfig model;
+    DataConfig data;
+    TrainConfig train;
     int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
     uint64_t seed = 1;
     long eval_every = 2000;
@@ -209,10 +214,11 @@ struct FlagGroup {
     std::vector<Flag> flags;
 };
 
-// The member a flag sets, by member pointer: &Options::steps is o.steps, &ModelConfig::d_model o.model.d_model.
+// The member a flag sets, by member pointer: &Options::steps is o.train.steps, &ModelConfig::d_model o.model.d_model.
 template <typename O, typename T> auto& member(O& o, T Options::*m) { return o.*m; }
 template <typename O, typename T> auto& member(O& o, T ModelConfig::*m) { return o.model.*m; }
 template <typename O, typename T> auto& member(O& o, T DataConfig::*m) { return o.data.*m; }
+template <typename O, typename T> auto& member(O& o, T TrainConfig::*m) { return o.train.*m; }
 
 // Row builders, one for each kind of flag; the help text gets the default from DEFAULTS.
 template <typename Member>
@@ -240,7 +246,7 @@ Flag path_flag(const std::string& name, const std::string& value, const std::str
             [=](const Options& o) { return member(o, m).empty() ? "" : name + " " + member(o, m); }};
 }
 inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the groups of --help
-    using O = Options; using M = ModelConfig; using D = DataConfig;  // short, so that most rows fit on a line
+    using O = Options; using M = ModelConfig; using D = DataConfig; using T = TrainConfig;  // short: rows fit
     static const std::vector<FlagGroup> table = {
         {"Model", "./sorter --d-model 32 --heads 4 --d-ff 64 --enc-layers 2 --dec-layers 2", false, {
             whole_flag("--d-model", "width of every token vector", 1, MAX_D_MODEL, true, &M::d_model),
@@ -259,18 +265,19 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
                       "spaces; blank lines and lines starting with # are skipped)", true, &O::train_data_path)}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
-            whole_flag("--steps", "training steps; 0 trains nothing", 0, MAX_STEPS, true, &O::steps),
-            whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &O::batch),
+            whole_flag("--steps", "training steps; 0 trains nothing; with --load, steps on from the checkpoint's",
+                       0, MAX_STEPS, false, &T::steps),
+            whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &T::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
                               MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
-             [](O& o, Args& a) { o.lr = a.above_zero(MAX_LR); }, [](const O& o) { return fmt("--lr %g", o.lr); }},
+             [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); }, [](const O& o) { return fmt("--lr %g", o.train.lr); }},
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
-                        &O::optimizer),
+                        &T::optimizer),
             choice_flag("--schedule", "the learning rate over the steps: constant; linear decay to 0; warmup: up "
-                        "for --warmup steps, then down as 1/sqrt(step)", SCHEDULE_NAMES, true, &O::schedule),
-            whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &O::warmup),
+                        "for --warmup steps, then down as 1/sqrt(step)", SCHEDULE_NAMES, true, &T::schedule),
+            whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &T::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
-            whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, true, &O::eval_every),
+            whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, false, &O::eval_every),
             whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
                        "pass --seq-len (the position table is made that long); 0: none", 0, MAX_SEQ_LEN, true,
                        &O::test_len),
@@ -304,8 +311,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
             path_flag("--save", "FILE", "after training, write the model to FILE (plain text)", false, &O::save_path),
-            path_flag("--load", "FILE", "read a model saved with --save instead of training one; model, data and "
-                      "training flags cannot be combined with it", false, &O::load_path),
+            path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
+                      "train it N steps more; model, data and other training flags cannot be combined with it", false,
+                      &O::load_path),
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
              [](O& o, Args& a) {
                  o.sort_words.clear();
@@ -369,23 +377,27 @@ inline Options parse_options(int argc, char** argv) {
     // Checks that involve two flags.
     DataConfig& d = o.data;
     ModelConfig& m = o.model;
-    if (std::none_of(given.begin(), given.end(), [](const Flag* f) { return f->name == "--min-len"; }))
+    auto was_given = [&](const std::string& name) {
+        return std::any_of(given.begin(), given.end(), [&](const Flag* f) { return f->name == name; });
+    };
+    if (!was_given("--min-len"))
         d.min_len = d.seq_len;  // fixed length unless asked otherwise
     if (d.min_len > d.seq_len)
         fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
     if (m.d_model % m.n_heads != 0)
         fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
                  m.d_model));
-    if (std::none_of(given.begin(), given.end(), [](const Flag* f) { return f->name == "--lr"; }))
-        o.lr = DEFAULT_LR[int(o.optimizer)];
-    if (!o.dump_step_path.empty() && o.optimizer != OptimizerKind::sgd)
+    if (!was_given("--lr"))
+        o.train.lr = DEFAULT_LR[int(o.train.optimizer)];
+    if (!o.dump_step_path.empty() && o.train.optimizer != OptimizerKind::sgd)
         fail("--dump-step records an SGD step for make reference; it cannot be combined with --optimizer " +
-             OPTIMIZER_NAMES[int(o.optimizer)]);
+             OPTIMIZER_NAMES[int(o.train.optimizer)]);
     if (!o.load_path.empty())
         for (const Flag* f : given)
             if (f->fixed_by_checkpoint)
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
+    if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
     if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
@@ -481,16 +493,27 @@ inline std::vector<std::vector<int>> load_train_data(const std::string& path, co
 // =============================================================================================
 // 3. Checkpoints: --save and --load
 // =============================================================================================
-// The format, version 1, is plain text; README.md ("Checkpoints") shows a whole file. Values are
+// The format, version 2, is plain text; README.md ("Checkpoints") shows a whole file. Values are
 // written with "%.17g", so every double reads back to the same bits. The sinusoidal table is not
-// stored: it is computed from max_len and d_model.
+// stored: it is computed from max_len and d_model. Version 2 adds a training section after the tensors
+// (version 1 files, without it, still load): --load FILE --steps N goes on where the run stopped.
+struct Saved {  // what a checkpoint keeps besides the model
+    DataConfig data;
+    TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
+    Optimizer optimizer;  // that count and, for momentum and Adam, the running means of every tensor
+    Rng draws;            // the training draws, where they stopped
+    explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
+        : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
+};
 inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
     for (int r = 0; r < m.rows; r++)
         for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
 }
-inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d) {  // the whole file
+inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) {  // the whole file
     const ModelConfig& c = model.config;
-    std::fprintf(f, "sorter-checkpoint 1\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
+    const DataConfig& d = saved.data;
+    const TrainConfig& t = saved.train;
+    std::fprintf(f, "sorter-checkpoint 2\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
                  "dec_layers %d\n", c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers);
     std::fprintf(f, "norm %s\npositions %s\nactivation %s\nembed_scale %d\n", NORM_NAMES[int(c.norm)].c_str(),
                  POSITION_NAMES[int(c.positions)].c_str(), ACTIVATION_NAMES[int(c.activation)].c_str(),
@@ -502,6 +525,17 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d) {
     for (auto& [name, p] : params) {
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
         write_matrix(f, p->value);
+    }
+    const Optimizer& o = saved.optimizer;
+    std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n",
+                 OPTIMIZER_NAMES[int(o.kind)].c_str(), t.lr, SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup,
+                 t.batch, o.t, (unsigned long long)saved.draws.state);
+    for (std::size_t k = 0; k < o.m.size() && o.kind != OptimizerKind::sgd; k++) {  // none before the first update
+        std::fprintf(f, "m %s\n", params[k].first.c_str());
+        write_matrix(f, o.m[k]);
+        if (o.kind != OptimizerKind::adam) continue;
+        std::fprintf(f, "s %s\n", params[k].first.c_str());
+        write_matrix(f, o.s[k]);
     }
     std::fprintf(f, "end\n");
 }
@@ -543,13 +577,13 @@ void write_atomically(const std::string& path, const std::string& flag, WriteFn 
     }
     pending_tmp[0] = '\0';
 }
-inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d) {  // --save FILE
+inline void save_checkpoint(const std::string& path, Transformer& model, const Saved& saved) {  // --save FILE
     // --load rejects nan and inf, so a diverged model is refused here rather than written unreadable.
     for (auto& [name, p] : model.parameters())
         for (double v : p->value.data)
             if (!std::isfinite(v))
                 fail("--save " + path + ": tensor '" + name + "' holds nan or inf (training diverged); not saved");
-    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d); });
+    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, saved); });
 }
 
 // How many values the parameters of a model of config c hold, known before the model is built (a
@@ -599,14 +633,58 @@ struct WordReader {
     }
 };
 
-// The model a checkpoint holds, and its data settings into `data`; `where` begins every message.
-inline Transformer read_checkpoint(std::istream& in, const std::string& where, DataConfig& data) {
+// The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m.
+inline void read_values(WordReader& r, const std::string& what, Matrix& m) {
+    for (std::size_t i = 0; i < m.data.size(); i++) {
+        std::string v = r.next();
+        if (v.empty())
+            r.error("the file ends early (truncated): " + what + " has " + std::to_string(i) + " of its " +
+                    std::to_string(m.data.size()) + " values");
+        if (parse_finite(v, m.data[i])) continue;
+        if (r.in.peek() == EOF) r.error("the file ends early (truncated) inside " + what);
+        r.error(what + fmt(" value %zu: '", i) + v + "' is not a finite number");
+    }
+}
+
+// Version 2's training section, after the tensors: the settings, the optimizer's update count and
+// running means (none for SGD, none before the first update), and the training draws.
+inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
+    TrainConfig& t = saved.train;
+    Optimizer& o = saved.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
+    std::string lr = r.value_of("lr");
+    if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR) r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
+    t.optimizer = o.kind;
+    t.schedule = Schedule(r.choice("schedule", SCHEDULE_NAMES));
+    t.warmup = r.whole("warmup", 1, MAX_STEPS);
+    t.batch = int(r.whole("batch", 1, MAX_BATCH));
+    o.t = r.whole("updates", 0, MAX_STEPS * 1000);
+    std::string draws = r.value_of("draws");
+    errno = 0;
+    saved.draws.state = number_syntax(draws, true) ? std::strtoull(draws.c_str(), nullptr, 10) : 0;
+    if (!number_syntax(draws, true) || errno == ERANGE) r.error("draws " + draws + ": expected a whole number below 2^64");
+    if (o.t == 0 || o.kind == OptimizerKind::sgd) return;
+    for (auto& [name, p] : model.parameters()) {
+        o.m.emplace_back(p->value.rows, p->value.cols);
+        o.s.emplace_back(p->value.rows, p->value.cols);
+        for (const char* which : {"m", "s"}) {
+            if (which[0] == 's' && o.kind != OptimizerKind::adam) continue;
+            std::string w = r.expect(std::string(which) + " of '" + name + "'");
+            std::string got = r.expect("a tensor name");
+            if (w != which || got != name) r.error("expected '" + std::string(which) + " " + name + "', found '" + w + " " + got + "'");
+            read_values(r, std::string(which) + " of '" + name + "'", which[0] == 'm' ? o.m.back() : o.s.back());
+        }
+    }
+}
+
+// The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
+inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
     WordReader r{in, where};
     std::string magic = r.next();
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
     std::string version = r.expect("the format version");
-    if (version != "1") r.error("format version " + version + " is not supported (this program reads version 1)");
+    if (version != "1" && version != "2")
+        r.error("format version " + version + " is not supported (this program reads versions 1 and 2)");
     ModelConfig c;
     DataConfig d;
     // The header, in the order write_checkpoint writes it.
@@ -663,28 +741,23 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
         if (!parse_whole(rw, 0, 1000000000, rows) || !parse_whole(cw, 0, 1000000000, cols) || rows != m.rows ||
             cols != m.cols)
             r.error(tensor + " has shape (" + rw + ", " + cw + "); this configuration needs " + shape_text(m));
-        for (std::size_t i = 0; i < m.data.size(); i++) {
-            std::string v = r.next();
-            if (v.empty())
-                r.error("the file ends early (truncated): " + tensor + " has " + std::to_string(i) + " of its " +
-                        std::to_string(m.data.size()) + " values");
-            if (parse_finite(v, m.data[i])) continue;
-            if (in.peek() == EOF) r.error("the file ends early (truncated) inside " + tensor);
-            r.error(tensor + fmt(" value %zu: '", i) + v + "' is not a finite number");
-        }
+        read_values(r, tensor, m);
     }
-    std::string w = r.next();
-    if (w.empty()) r.error("the file ends early (truncated): expected 'end'");
+    saved = Saved(d);  // version 1: no training kept, so --steps starts afresh with the training flags' defaults
+    std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
+    if (w.empty()) r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
-    if (w != "end") r.error("expected 'end' after the last tensor, found '" + w + "'");
+    if (version == "2" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
+    if (version == "2") read_training(r, model, saved);
+    if (version == "2") w = r.expect("'end'");
+    if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
     if (!w.empty()) r.error("unexpected '" + w + "' after 'end'");
-    data = d;
     return model;
 }
-inline Transformer load_checkpoint(const std::string& path, DataConfig& data) {  // --load FILE
+inline Transformer load_checkpoint(const std::string& path, Saved& saved) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
-    return read_checkpoint(in, "--load " + path, data);
+    return read_checkpoint(in, "--load " + path, saved);
 }
 
 // =============================================================================================
@@ -818,7 +891,7 @@ inline bool finite_range(const std::vector<double>& values, double& lo, double& 
 }
 
 // The training loss, one point a column, on a log scale: it falls by orders of magnitude.
-inline void print_loss_plot(const std::vector<double>& losses) {
+inline void print_loss_plot(const std::vector<double>& losses, long first_step = 1) {
     if (losses.empty()) return;
     const int height = 10, width = std::min<int>(60, int(losses.size()));
     std::vector<double> column = log_loss_points(losses, width);
@@ -842,9 +915,10 @@ inline void print_loss_plot(const std::vector<double>& losses) {
         std::string label = labelled ? fmt("%9.4f", std::pow(10.0, level)) : "";
         std::printf("%9s |%s\n", label.c_str(), points.c_str());
     }
-    std::string last = losses.size() > 1 ? std::to_string(losses.size()) : "";  // the first and last step
-    std::printf("%9s +%s\n%9s  1%*s   (step)\n", "", std::string(width, '-').c_str(), "", std::max(1, width - 1),
-                last.c_str());
+    std::string first = std::to_string(first_step), last = std::to_string(first_step - 1 + long(losses.size()));
+    if (losses.size() == 1) last = "";
+    std::printf("%9s +%s\n%9s  %s%*s   (step)\n", "", std::string(width, '-').c_str(), "", first.c_str(),
+                std::max(1, width - int(first.size())), last.c_str());
 }
 
 // =============================================================================================
@@ -1125,7 +1199,8 @@ struct EvalPoint {
     double held_out_loss;       // teacher-forced, on the held-out set
 };
 struct History {
-    std::vector<double> losses;    // every step's mini-batch loss
+    long first_step = 1;           // above 1 when training went on from a checkpoint
+    std::vector<double> losses;    // every step's mini-batch loss, from first_step on
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
 };
 
@@ -1134,7 +1209,9 @@ inline std::string training_svg(const History& h) {
     const double pw = 400, ph = 240, left = 70, top = 60, left2 = left + pw + 90;  // the plot areas
     std::string body = svg_text(20, 24, "Training: loss (left, log scale) and held-out accuracy (right)", 15, "start");
     long steps = long(h.losses.size());
-    auto x_of = [&](double step, double x0) { return x0 + pw * (steps > 1 ? (step - 1) / double(steps - 1) : 0.0); };
+    auto x_of = [&](double step, double x0) {
+        return x0 + pw * (steps > 1 ? (step - double(h.first_step)) / double(steps - 1) : 0.0);
+    };
     // Loss: at most 400 points, each the mean over its stretch of steps; nan stretches are skipped.
     int points = std::min<int>(400, int(h.losses.size()));
     std::vector<double> ys = log_loss_points(h.losses, points);
@@ -1149,7 +1226,8 @@ inline std::string training_svg(const History& h) {
                 svg_text(left - 6, y_loss(decade) + 4, fmt("%g", std::pow(10.0, decade)), 11, "end");
     std::string loss;
     for (int i = 0; i < points; i++) {
-        double step = double(h.losses.size() * i / points + h.losses.size() * (i + 1) / points + 1) / 2.0;
+        double step = double(h.losses.size() * i / points + h.losses.size() * (i + 1) / points + 1) / 2.0 +
+                      double(h.first_step - 1);
         if (std::isfinite(ys[i])) loss += fmt("%.1f,%.1f ", x_of(step, left), y_loss(ys[i]));
     }
     body += svg_polyline(loss, "stroke=\"rgb(178,24,43)\" stroke-width=\"1.5\"") +
@@ -1359,7 +1437,7 @@ inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "
     return join(words, " ");
 }
 inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
-                      const DataConfig& d) {
+                      const Saved& saved) {
     write_atomically(path, "--dump-step", [&](FILE* f) {
         std::fprintf(f, "sorter-step 1\nlr %.17g\nexamples %zu\n", lr, batch.size());
         double loss = 0.0, weight = 1.0 / double(batch.size());
@@ -1372,49 +1450,54 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
             write_matrix(f, logits);
         }
         std::fprintf(f, "loss %.17g\ncheckpoint\n", loss);
-        write_checkpoint(f, model, d);
+        write_checkpoint(f, model, saved);
     });
 }
 
 // "SGD lr 0.1", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate and the schedule, if not constant.
 inline std::string optimizer_text(const Options& o) {
     const char* names[] = {"SGD", "momentum", "Adam"};
-    std::string text = fmt("%s lr %g", names[int(o.optimizer)], o.lr);
-    if (o.schedule == Schedule::linear) text += ", schedule linear";
-    if (o.schedule == Schedule::warmup) text += fmt(", schedule warmup %ld", o.warmup);
+    std::string text = fmt("%s lr %g", names[int(o.train.optimizer)], o.train.lr);
+    if (o.train.schedule == Schedule::linear) text += ", schedule linear";
+    if (o.train.schedule == Schedule::warmup) text += fmt(", schedule warmup %ld", o.train.warmup);
     return text;
 }
 
-// Train, printing the held-out accuracy as it goes and the examples it watches.
-inline History train_and_report(const Options& o, Dataset& data, Transformer& model) {
-    Rng rng = training_rng(o.seed);
+// Train o.train.steps steps on from where `saved` stands (a fresh run: no update yet, the seed's draws),
+// printing the held-out accuracy as it goes and the examples it watches. Steps are numbered on from the
+// updates already made, and the schedule sees the run as that much longer. `saved` ends where training stops.
+inline History train_and_report(const Options& o, Dataset& data, Transformer& model, Saved& saved) {
+    Optimizer& optimizer = saved.optimizer;
+    Rng& rng = saved.draws;
+    const long first = optimizer.t + 1, last = optimizer.t + o.train.steps;
     std::vector<Example> shown = watched_examples(data);
     History history;
-    Optimizer optimizer(o.optimizer);
-    std::printf("sorter: %s | %s, batch %d, steps %ld, seed %llu\n", size_text(o.model, o.data).c_str(),
-                optimizer_text(o).c_str(), o.batch, o.steps, (unsigned long long)o.seed);
+    history.first_step = first;
+    std::string steps = first == 1 ? fmt("steps %ld", last) : fmt("steps %ld to %ld", first, last);
+    std::printf("sorter: %s | %s, batch %d, %s, seed %llu\n", size_text(o.model, o.data).c_str(),
+                optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
     std::string variant = variant_text(o);
     if (!variant.empty()) std::printf("variant: %s\n", variant.c_str());
     if (!data.train_pool.empty()) std::printf("training data: %zu sequences\n", data.train_pool.size());
     std::printf("held-out: %zu sequences that training never draws\n", data.held_out.size());
-    show_examples("before training", model, shown);
+    show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, shown);
     std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     double train_seconds = 0.0, recent_loss = 0.0;
     long loss_count = 0;
-    for (long step = 1; step <= o.steps; step++) {
+    for (long step = first; step <= last; step++) {
         auto t0 = Clock::now();
-        std::vector<Example> batch = data.draw_batch(rng, o.batch);
-        double lr = scheduled_lr(o.schedule, o.lr, step, o.steps, o.warmup);
-        if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, lr, o.data);
+        std::vector<Example> batch = data.draw_batch(rng, o.train.batch);
+        double lr = scheduled_lr(o.train.schedule, o.train.lr, step, last, o.train.warmup);
+        if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, lr, saved);
         double loss = train_step(model, batch, lr, optimizer);
         train_seconds += seconds_since(t0);
         if (!std::isfinite(loss))  // the logits were already nan or inf, so the weights are too: stop here
             fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
-                     step, std::isnan(loss) ? "nan" : "inf", o.lr));
+                     step, std::isnan(loss) ? "nan" : "inf", o.train.lr));
         history.losses.push_back(loss);
         recent_loss += loss;
         loss_count++;
-        if (step % o.eval_every == 0 || step == o.steps) {
+        if (step % o.eval_every == 0 || step == last) {
             Accuracy a = evaluate(model, data.held_out);
             double held_out_loss = teacher_forced_loss(model, data.held_out);
             history.evals.push_back({step, recent_loss / loss_count, a.exact, a.token, held_out_loss});
@@ -1423,13 +1506,13 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
             recent_loss = 0.0;
             loss_count = 0;
         }
-        if (step == o.steps / 2) {
+        if (step == first - 1 + o.train.steps / 2) {
             show_examples("step " + std::to_string(step), model, shown);
             std::printf("\n");
         }
     }
     if (!history.losses.empty()) std::printf("\n");
-    print_loss_plot(history.losses);  // nothing without training
+    print_loss_plot(history.losses, first);  // nothing without training
     std::size_t window = std::min<std::size_t>(FINAL_LOSS_WINDOW, history.losses.size());
     std::string loss = "loss - (no training)";
     if (window)
@@ -1487,8 +1570,13 @@ inline int run(const Options& options) {
         return 0;
     }
     check_output_paths(o);
-    Transformer model = o.load_path.empty() ? Transformer(o.model, o.seed) : load_checkpoint(o.load_path, o.data);
+    Saved saved(o.data, o.train, o.seed);
+    Transformer model = o.load_path.empty() ? Transformer(o.model, o.seed) : load_checkpoint(o.load_path, saved);
     o.model = model.config;
+    o.data = saved.data;
+    long steps = o.train.steps;  // with --load: the steps asked for, on from the checkpoint's
+    o.train = saved.train;
+    o.train.steps = steps;
     std::vector<std::vector<int>> pool;
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     std::vector<int> digits;
@@ -1511,23 +1599,23 @@ inline int run(const Options& options) {
         return 0;
     }
     History history;
-    if (o.load_path.empty()) {
+    if (!o.load_path.empty())
+        std::printf("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, "
+                    "max_digit %d; %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers,
+                    c.dec_layers, TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len,
+                    o.data.max_digit, saved.optimizer.t);
+    if (o.load_path.empty() || o.train.steps > 0) {
         Dataset data(o.data, pool);
         if (data.held_out.empty())  // half of all sources at most are held out, and half of 1 is none
             fail(fmt("no held-out set is possible: --seq-len %d --min-len %d --max-digit %d allow only %.0f different "
                      "input%s%s; raise --seq-len or --max-digit", o.data.seq_len, o.data.min_len, o.data.max_digit,
                      count_sources(o.data), count_sources(o.data) == 1 ? "" : "s",
                      pool.empty() ? "" : ", and --train-data uses them"));
-        history = train_and_report(o, data, model);
-    } else {
-        std::printf("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, "
-                    "max_digit %d\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers,
-                    TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit);
-        if (digits.empty()) {
-            Accuracy a = evaluate(model, Dataset(o.data).held_out);
-            std::printf("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact, a.exact_count,
-                        a.total, 100 * a.token);
-        }
+        history = train_and_report(o, data, model, saved);
+    } else if (digits.empty()) {
+        Accuracy a = evaluate(model, Dataset(o.data).held_out);
+        std::printf("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact, a.exact_count,
+                    a.total, 100 * a.token);
     }
     std::vector<int> guess = greedy_decode(model, {example.source}, o.data.seq_len)[0];
     std::string input = digits_text(example.source, c), output = digits_text(guess, c);
@@ -1542,10 +1630,10 @@ inline int run(const Options& options) {
     if (o.inspect) inspect(model, Dataset(o.data).held_out);
     if (o.test_len > 0) length_report(model, Dataset(o.data, pool), o.test_len);
     if (!o.save_path.empty()) {  // the model first: a picture that fails to write must not lose it
-        save_checkpoint(o.save_path, model, o.data);
+        save_checkpoint(o.save_path, model, saved);
         std::printf("saved %s\n", o.save_path.c_str());
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, o.load_path.empty() ? &history : nullptr);
+    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history);
     return 0;
 }
 
@@ -1557,14 +1645,14 @@ inline double examples_per_second(const Options& o, double seconds) {
     Dataset data(o.data, {}, 0);
     Transformer model(o.model, 1);
     Rng rng = training_rng(1);
-    Optimizer optimizer(o.optimizer);
-    auto step = [&] { train_step(model, data.draw_batch(rng, o.batch), o.lr, optimizer); };
+    Optimizer optimizer(o.train.optimizer);
+    auto step = [&] { train_step(model, data.draw_batch(rng, o.train.batch), o.train.lr, optimizer); };
     for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) step();
     long steps = 0;
     auto t0 = Clock::now();
     double elapsed = 0.0;
     for (; (elapsed = seconds_since(t0)) < seconds; steps++) step();
-    return double(steps) * o.batch / elapsed;
+    return double(steps) * o.train.batch / elapsed;
 }
 
 // Matmul FLOPs (2 m n k for an (m, k) by (k, n) product) of one teacher-forced forward pass of one
@@ -1582,7 +1670,7 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
 void run_speed(const Options& o) {  // --speed: two lines for make compare
     double rate = examples_per_second(o, 1.0);
     std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
-                size_text(o.model, o.data).c_str(), o.batch, 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
+                size_text(o.model, o.data).c_str(), o.train.batch, 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
     Transformer model(o.model, o.seed);
     auto t0 = Clock::now();
@@ -1631,15 +1719,15 @@ void run_bench(const Options& o) {
     Dataset data(o.data);
     Transformer model(o.model, o.seed);
     Rng rng = training_rng(o.seed);
-    Optimizer optimizer(o.optimizer);
+    Optimizer optimizer(o.train.optimizer);
     double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
     long decoded = 0;
     int reached = 0;  // how many of the targets
     std::printf("time to exact match on the %zu held-out sequences (batch %d, %s, seed %llu)\n",
-                data.held_out.size(), o.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
-    for (long step = 1; step <= o.steps && reached < 2; step++) {
+                data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
+    for (long step = 1; step <= o.train.steps && reached < 2; step++) {
         auto t0 = Clock::now();
-        train_step(model, data.draw_batch(rng, o.batch), scheduled_lr(o.schedule, o.lr, step, o.steps, o.warmup),
+        train_step(model, data.draw_batch(rng, o.train.batch), scheduled_lr(o.train.schedule, o.train.lr, step, o.train.steps, o.train.warmup),
                    optimizer);
         train_seconds += seconds_since(t0);
         if (step % 100 != 0) continue;
@@ -1649,7 +1737,7 @@ void run_bench(const Options& o) {
         decoded += long(data.held_out.size());
         for (; reached < 2 && exact >= targets[reached]; reached++)
             std::printf("  %s: %.2f s of training, step %ld, %ld examples\n", reached ? "100%" : "99%", train_seconds,
-                        step, step * o.batch);
+                        step, step * o.train.batch);
     }
     if (decoded)
         std::printf("greedy decoding: %.1f us per sequence (100 together, keys and values kept)\n",

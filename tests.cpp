@@ -1218,19 +1218,19 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     return model;
 }
 
-inline std::string checkpoint_text(Transformer& model, const DataConfig& d) {
+inline std::string checkpoint_text(Transformer& model, const Saved& saved) {
     TempDir dir("ckpt-text");
     std::string path = dir.file("model.txt");
-    save_checkpoint(path, model, d);
+    save_checkpoint(path, model, saved);
     return read_all(path);
 }
 
 // Load checkpoint text; returns the error message, or "" when it loaded.
 inline std::string load_error(const std::string& text) {
     std::istringstream in(text);
-    DataConfig d;
+    Saved saved;
     try {
-        read_checkpoint(in, "--load model.txt", d);
+        read_checkpoint(in, "--load model.txt", saved);
         return "";
     } catch (const UsageError& e) {
         return e.message;
@@ -1302,7 +1302,7 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         {{"--sort"}, {"--sort needs digits"}},
         {{"--sort", "--steps", "1"}, {"--sort needs digits"}},
         {{"--load", "m.txt", "--d-model", "8"}, {"--d-model", "--load m.txt"}},
-        {{"--load", "m.txt", "--steps", "8"}, {"--steps", "--load m.txt"}},
+        {{"--load", "m.txt", "--batch", "8"}, {"--batch", "--load m.txt"}},
         {{"--load", "m.txt", "--no-embed-scale"}, {"--no-embed-scale", "--load"}},
     };
     for (const Case& c : cases) {
@@ -1353,12 +1353,12 @@ TEST_CASE("printable: a bad file's raw bytes reach the terminal escaped") {
 TEST_CASE("optimizers: flags") {
     Options o;
     CHECK(parse_error({"--optimizer", "adam"}, &o).empty());
-    CHECK(o.lr == 0.001);
+    CHECK(o.train.lr == 0.001);
     CHECK(parse_error({"--optimizer", "momentum", "--lr", "0.05"}, &o).empty());
-    CHECK(o.lr == 0.05);
-    CHECK(o.optimizer == OptimizerKind::momentum);
+    CHECK(o.train.lr == 0.05);
+    CHECK(o.train.optimizer == OptimizerKind::momentum);
     CHECK(parse_error({"--schedule", "warmup", "--warmup", "300"}, &o).empty());
-    CHECK((o.schedule == Schedule::warmup && o.warmup == 300 && o.lr == 0.1));
+    CHECK((o.train.schedule == Schedule::warmup && o.train.warmup == 300 && o.train.lr == 0.1));
     CHECK(contains(parse_error({"--optimizer", "adamw"}), "--optimizer"));
     CHECK(parse_error({"--seq-len", "5", "--test-len", "9"}, &o).empty());  // the position table reaches 9
     CHECK((o.model.max_len == 9 && o.data.seq_len == 5));
@@ -1400,7 +1400,7 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
         }
     }
     CHECK(flags == 38);
-    CHECK(fixed == 24);
+    CHECK(fixed == 22);
     CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
 
     Options o;
@@ -1429,9 +1429,9 @@ TEST_CASE("flags: valid values parse, and the vocabulary follows --max-digit") {
     CHECK(o.data.min_len == 3);
     CHECK(o.model.vocab == 7);
     CHECK(o.model.max_len == 7);
-    CHECK(o.steps == 10);
-    CHECK(o.batch == 8);
-    CHECK(o.lr == 0.05);
+    CHECK(o.train.steps == 10);
+    CHECK(o.train.batch == 8);
+    CHECK(o.train.lr == 0.05);
     CHECK(o.seed == 4);
     CHECK(o.model.norm == Norm::post);
     CHECK(o.model.positions == Positions::learned);
@@ -1519,11 +1519,12 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     Transformer model = small_trained_model(c, d);
     TempDir dir("roundtrip");
     std::string path = dir.file("model.txt");
-    save_checkpoint(path, model, d);
+    save_checkpoint(path, model, Saved{d});
     CHECK(dir.listing() == std::vector<std::string>{"model.txt"});  // no temporary left behind
 
-    DataConfig d2;
-    Transformer loaded = load_checkpoint(path, d2);
+    Saved saved;
+    Transformer loaded = load_checkpoint(path, saved);
+    const DataConfig& d2 = saved.data;
     CHECK(d2.task == d.task);
     CHECK(d2.seq_len == d.seq_len);
     CHECK(d2.min_len == d.min_len);
@@ -1550,15 +1551,67 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     }
     // Saving the loaded model writes the same bytes.
     std::string again = dir.file("again.txt");
-    save_checkpoint(again, loaded, d2);
+    save_checkpoint(again, loaded, Saved{d2});
     CHECK(read_all(again) == read_all(path));
+}
+
+// Training goes on from a checkpoint as if it had never stopped: 12 steps, saved, loaded, 12 more give
+// the same bits as 24 steps in one go, for each optimizer (constant rate: a schedule would see a longer
+// run). The checkpoint keeps the optimizer's update count and running means, and the training draws.
+TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2), and version 1 still loads") {
+    DataConfig d = tiny_data();
+    ModelConfig c = tiny_model(d);
+    Dataset data(d, {}, 20, 5);
+    TempDir dir("resume");
+    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam}) {
+        TrainConfig t;
+        t.optimizer = kind;
+        t.lr = kind == OptimizerKind::adam ? 0.01 : 0.1;
+        t.batch = 3;
+        auto train = [&](Transformer& model, Saved& saved, int steps) {
+            for (int step = 0; step < steps; step++)
+                train_step(model, data.draw_batch(saved.draws, t.batch), t.lr, saved.optimizer);
+        };
+        Transformer straight(c, 9), halves(c, 9);
+        Saved straight_saved(d, t, 4), first_half(d, t, 4);
+        train(straight, straight_saved, 24);
+        train(halves, first_half, 12);
+        save_checkpoint(dir.file("half.txt"), halves, first_half);
+        Saved second_half;
+        Transformer loaded = load_checkpoint(dir.file("half.txt"), second_half);
+        CHECK(second_half.optimizer.t == 12);
+        CHECK(second_half.train.optimizer == kind);
+        CHECK(second_half.train.batch == 3);
+        train(loaded, second_half, 12);
+        CHECK(second_half.optimizer.t == 24);
+        auto a = straight.parameters(), b = loaded.parameters();
+        for (std::size_t i = 0; i < a.size(); i++) {
+            INFO(OPTIMIZER_NAMES[int(kind)], " ", a[i].first);
+            CHECK(a[i].second->value.data == b[i].second->value.data);
+        }
+    }
+    // A version 1 file (no training section) loads the same model, with a fresh optimizer.
+    Transformer model(c, 9);
+    std::string v2 = checkpoint_text(model, Saved(d)), v1 = replace_once(v2, "sorter-checkpoint 2", "sorter-checkpoint 1");
+    v1 = v1.substr(0, v1.find("training\n")) + "end\n";
+    CHECK(load_error(v1) == "");
+    std::istringstream in(v1);
+    Saved saved;
+    saved.optimizer.t = 5;
+    Transformer old = read_checkpoint(in, "v1", saved);
+    CHECK(saved.optimizer.t == 0);
+    CHECK(old.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
+    CHECK(contains(load_error(replace_once(v1, "end\n", "training\nend\n")), "expected 'end', found 'training'"));
 }
 
 TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear message") {
     ModelConfig c;
     DataConfig d;
     Transformer model = small_trained_model(c, d);
-    const std::string good = checkpoint_text(model, d);
+    Saved trained(d);  // as after 20 SGD steps of batch 5
+    trained.train.batch = 5;
+    trained.optimizer.t = 20;
+    const std::string good = checkpoint_text(model, trained);
     REQUIRE(load_error(good) == "");
 
     struct Case {
@@ -1579,7 +1632,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 1", "sorter-checkpoint 7"), {"version 7"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 2", "sorter-checkpoint 7"), {"version 7", "1 and 2"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -1591,7 +1644,13 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"wrong tensor count", replace_once(good, "tensors ", "tensors 1"), {"tensors"}},
         {"unknown tensor", replace_once(good, "tensor out.b ", "tensor out.bias "), {"unknown tensor 'out.bias'"}},
         {"missing tensor", missing, {"tensor 'encoder.0.norm1.beta' is missing"}},
-        {"extra tensor", replace_once(good, "end\n", "tensor out.c 1 1\n0\nend\n"), {"unknown tensor 'out.c'"}},
+        {"extra tensor", replace_once(good, "training\n", "tensor out.c 1 1\n0\ntraining\n"), {"unknown tensor 'out.c'"}},
+        {"no training section", replace_once(good, "training\n", "trained\n"), {"expected 'training'", "'trained'"}},
+        {"bad optimizer", replace_once(good, "optimizer sgd", "optimizer rmsprop"), {"rmsprop", "sgd, momentum, adam"}},
+        {"lr 0", replace_once(good, "lr 0.10000000000000001", "lr 0"), {"lr 0", "above 0"}},
+        {"bad batch", replace_once(good, "batch 5", "batch 0"), {"batch 0", "from 1 to 1024"}},
+        {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "), {"draws 99999999999999999999999"}},
+        {"negative updates", replace_once(good, "updates 20", "updates -3"), {"updates -3"}},
         {"wrong shape", replace_once(good, "tensor out.b 1 8", "tensor out.b 1 9"),
          {"tensor 'out.b' has shape (1, 9)", "needs (1, 8)"}},
         {"absurd shape", replace_once(good, "tensor embed.table 8 8", "tensor embed.table 99999999999999 8"),
@@ -1599,6 +1658,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"truncated in a tensor", good.substr(0, good.size() / 2), {"truncated"}},
         {"truncated inside a number", good.substr(0, good.find("tensor out.b") - 3), {"truncated"}},
         {"truncated before end", good.substr(0, good.size() - 4), {"truncated", "'end'"}},
+        {"truncated before training", good.substr(0, good.find("training\n")), {"truncated", "'training'"}},
         {"nan value", replace_once(good, first_value, "nan"), {"tensor 'embed.table' value 0: 'nan' is not a finite number"}},
         {"underflow", replace_once(good, first_value, "1e-400"), {"value 0: '1e-400' is not a finite number"}},
         {"plus sign", replace_once(good, first_value, "+0.5"), {"value 0: '+0.5' is not a finite number"}},
@@ -1616,11 +1676,20 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         CHECK(contains(message, "--load model.txt"));
         for (const std::string& part : k.must_say) CHECK(contains(message, part));
     }
+    // Momentum's running means follow, one a tensor in the order of the tensors.
+    Saved with_momentum(d);
+    with_momentum.optimizer = Optimizer(OptimizerKind::momentum);
+    with_momentum.optimizer.update(model, 0.0);  // one update at rate 0: running means of the zero grads
+    const std::string momentum = checkpoint_text(model, with_momentum);
+    REQUIRE(load_error(momentum) == "");
+    CHECK(contains(load_error(momentum.substr(0, momentum.size() - 40)), "truncated"));
+    CHECK(contains(load_error(replace_once(momentum, "m embed.table", "m out.b")), "expected 'm embed.table', found 'm out.b'"));
+    CHECK(contains(load_error(replace_once(momentum, "m out.b\n", "m out.b\nx")), "m of 'out.b' value 0: 'x"));
     // The line number points at the problem.
     CHECK(contains(load_error(replace_once(good, "d_model 8", "d_model 0")), "line 4:"));
 
-    DataConfig d2;
-    CHECK_THROWS_AS(load_checkpoint("/nonexistent/model.txt", d2), UsageError);
+    Saved saved;
+    CHECK_THROWS_AS(load_checkpoint("/nonexistent/model.txt", saved), UsageError);
 }
 
 // The line counter is 64 bits: a file of 2^31 newlines (2 GB) once overflowed an int, undefined
@@ -1641,7 +1710,7 @@ TEST_CASE("checkpoint: a position table longer than the inputs (--test-len) roun
     c.max_len = d.seq_len + 3;
     c.positions = Positions::learned;
     Transformer model(c, 4);
-    std::string text = checkpoint_text(model, d);
+    std::string text = checkpoint_text(model, Saved(d));
     CHECK(load_error(text).empty());
     CHECK(contains(load_error(replace_once(text, "max_len " + std::to_string(c.max_len), "max_len 2")),
                    "max_len 2 is below seq_len"));
@@ -1663,10 +1732,10 @@ TEST_CASE("checkpoint: a header too big for its file is refused before allocatin
                          "enc_layers 8\ndec_layers 8\nnorm pre\npositions learned\nactivation relu\nembed_scale 1\n"
                          "task sort\nseq_len 32\nmin_len 32\nmax_digit 99\ntensors 171\ntensor embed.table 101 256\n";
     std::istringstream in(header);
-    DataConfig d;
+    Saved saved;
     std::string message;
     try {
-        read_checkpoint(in, "--load big.txt", d);
+        read_checkpoint(in, "--load big.txt", saved);
     } catch (const UsageError& e) {
         message = e.message;
     }
@@ -1681,11 +1750,11 @@ TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind")
     TempDir dir("atomic");
     // The target is a directory: the write of the temporary succeeds, the rename fails.
     std::filesystem::create_directory(dir.path / "taken");
-    CHECK_THROWS_AS(save_checkpoint(dir.file("taken"), model, d), UsageError);
+    CHECK_THROWS_AS(save_checkpoint(dir.file("taken"), model, Saved{d}), UsageError);
     CHECK(dir.listing() == std::vector<std::string>{"taken"});
     // The directory does not exist: nothing can be written at all.
     try {
-        save_checkpoint(dir.file("missing/model.txt"), model, d);
+        save_checkpoint(dir.file("missing/model.txt"), model, Saved{d});
         FAIL("saved into a missing directory");
     } catch (const UsageError& e) {
         CHECK(contains(e.message, "--save"));
@@ -1693,12 +1762,12 @@ TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind")
     }
     CHECK(dir.listing() == std::vector<std::string>{"taken"});
     // Overwriting an existing checkpoint replaces it whole.
-    save_checkpoint(dir.file("m.txt"), model, d);
+    save_checkpoint(dir.file("m.txt"), model, Saved{d});
     std::string first = read_all(dir.file("m.txt"));
     Transformer other(c, 2);
-    save_checkpoint(dir.file("m.txt"), other, d);
+    save_checkpoint(dir.file("m.txt"), other, Saved{d});
     CHECK(read_all(dir.file("m.txt")) != first);
-    CHECK(read_all(dir.file("m.txt")) == checkpoint_text(other, d));
+    CHECK(read_all(dir.file("m.txt")) == checkpoint_text(other, Saved(d)));
 }
 
 // --dump-step writes what reference/torch_sorter.py recomputes: the batch, each example's logits
@@ -1711,7 +1780,7 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     Rng rng(4);
     std::vector<Example> batch = data.draw_batch(rng, 3);
     TempDir dir("dump");
-    dump_step(dir.file("step.txt"), model, batch, 0.25, d);
+    dump_step(dir.file("step.txt"), model, batch, 0.25, Saved{d});
     std::istringstream in(read_all(dir.file("step.txt")));
     std::string word, loss_text;
     in >> word >> word;
@@ -1744,9 +1813,9 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     in >> word >> loss_text >> word;
     CHECK(word == "checkpoint");
     std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    DataConfig loaded_data;
+    Saved loaded;
     std::istringstream checkpoint(rest);
-    Transformer before = read_checkpoint(checkpoint, "the dump", loaded_data);
+    Transformer before = read_checkpoint(checkpoint, "the dump", loaded);
     CHECK(before.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
     CHECK(std::strtod(loss_text.c_str(), nullptr) == sgd_step(model, batch, 0.25));
 }
@@ -1765,7 +1834,7 @@ TEST_CASE("atomic writes: links, pipes and modes") {
     std::filesystem::create_symlink(dir.file("target.txt"), dir.file("link.txt"));
     auto save_error = [&](const std::string& path) {
         try {
-            save_checkpoint(path, model, DataConfig());
+            save_checkpoint(path, model, Saved{});
             return std::string();
         } catch (const UsageError& e) {
             return e.message;
@@ -1782,7 +1851,7 @@ TEST_CASE("atomic writes: links, pipes and modes") {
 
     std::ofstream(dir.file("private.txt")) << "old\n";
     REQUIRE(chmod(dir.file("private.txt").c_str(), 0600) == 0);
-    save_checkpoint(dir.file("private.txt"), model, DataConfig());
+    save_checkpoint(dir.file("private.txt"), model, Saved{});
     struct stat st{};
     REQUIRE(stat(dir.file("private.txt").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
@@ -1974,7 +2043,7 @@ TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     model.out.b.value.at(0, 3) = std::nan("");
     TempDir dir("diverged");
     try {
-        save_checkpoint(dir.file("m.txt"), model, d);
+        save_checkpoint(dir.file("m.txt"), model, Saved{d});
         FAIL("a model holding nan was saved");
     } catch (const UsageError& e) {
         CHECK(contains(e.message, "tensor 'out.b' holds nan or inf"));

@@ -313,8 +313,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:2] != ["sorter-checkpoint", "1"]:
-        raise ValueError(f"not a sorter checkpoint, version 1 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 or 2 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -326,6 +326,8 @@ def parse_checkpoint(text):
         values = [float(w) for w in words[at:at + rows * cols]]  # %.17g reads back to the same double
         tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
+    if words[at] == "training":  # version 2: how training stood; the twin compares one step, so skips it
+        at = len(words) - 1
     if words[at:] != ["end"]:
         raise ValueError("checkpoint: expected 'end' after the last tensor")
     return Checkpoint(header, tensors)
