@@ -61,24 +61,26 @@ constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
 
-// Everything a run is asked to do. The defaults here are the defaults of the program.
 // How a run trains. A checkpoint keeps all of it but the steps, so that --load FILE --steps N goes on.
+// The defaults were chosen by measurement over seeds 1-10 (README.md, "Why these defaults"): every seed
+// reaches 100% held-out and stays there at every evaluation; a constant rate, or a higher one, wobbles.
 struct TrainConfig {
-    long steps = 12000;
-    int batch = 8;
-    double lr = 0.1;  // with --optimizer momentum or adam and no --lr, that optimizer's own default
+    long steps = 5000;
+    int batch = 16;
+    double lr = 0.2;  // with --optimizer momentum or adam and no --lr, that optimizer's own default
     OptimizerKind optimizer = OptimizerKind::sgd;
-    Schedule schedule = Schedule::constant;
+    Schedule schedule = Schedule::linear;
     long warmup = 1000;  // steps of --schedule warmup
 };
 
+// Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {
     ModelConfig model;
     DataConfig data;
     TrainConfig train;
     int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
     uint64_t seed = 1;
-    long eval_every = 2000;
+    long eval_every = 500;
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
     bool help = false, bench = false, speed = false;
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
@@ -99,7 +101,7 @@ const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 // The learning rate of each optimizer when --lr is not given: momentum's steps are about 1 / (1 - mu)
 // = 10 times SGD's for the same rate, and Adam's are about lr in every entry whatever the gradient's size.
-const double DEFAULT_LR[] = {0.1, 0.01, 0.001};
+const double DEFAULT_LR[] = {0.2, 0.02, 0.001};
 
 // Text helpers for the whole file: join words, split a line at whitespace, format as printf does.
 inline std::string join(const std::vector<std::string>& words, const std::string& between) {

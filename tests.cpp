@@ -1358,7 +1358,7 @@ TEST_CASE("optimizers: flags") {
     CHECK(o.train.lr == 0.05);
     CHECK(o.train.optimizer == OptimizerKind::momentum);
     CHECK(parse_error({"--schedule", "warmup", "--warmup", "300"}, &o).empty());
-    CHECK((o.train.schedule == Schedule::warmup && o.train.warmup == 300 && o.train.lr == 0.1));
+    CHECK((o.train.schedule == Schedule::warmup && o.train.warmup == 300 && o.train.lr == 0.2));
     CHECK(contains(parse_error({"--optimizer", "adamw"}), "--optimizer"));
     CHECK(parse_error({"--seq-len", "5", "--test-len", "9"}, &o).empty());  // the position table reaches 9
     CHECK((o.model.max_len == 9 && o.data.seq_len == 5));
@@ -1647,7 +1647,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"extra tensor", replace_once(good, "training\n", "tensor out.c 1 1\n0\ntraining\n"), {"unknown tensor 'out.c'"}},
         {"no training section", replace_once(good, "training\n", "trained\n"), {"expected 'training'", "'trained'"}},
         {"bad optimizer", replace_once(good, "optimizer sgd", "optimizer rmsprop"), {"rmsprop", "sgd, momentum, adam"}},
-        {"lr 0", replace_once(good, "lr 0.10000000000000001", "lr 0"), {"lr 0", "above 0"}},
+        {"lr 0", replace_once(good, "lr 0.20000000000000001", "lr 0"), {"lr 0", "above 0"}},
         {"bad batch", replace_once(good, "batch 5", "batch 0"), {"batch 0", "from 1 to 1024"}},
         {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "), {"draws 99999999999999999999999"}},
         {"negative updates", replace_once(good, "updates 20", "updates -3"), {"updates -3"}},
