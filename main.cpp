@@ -267,8 +267,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
                       "spaces; blank lines and lines starting with # are skipped)", true, &O::train_data_path)}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
-            whole_flag("--steps", "training steps; 0 trains nothing; with --load, steps on from the checkpoint's",
-                       0, MAX_STEPS, false, &T::steps),
+            whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
+                       "checkpoint stopped", 0, MAX_STEPS, false, &T::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &T::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
                               MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
@@ -1456,13 +1456,12 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
     });
 }
 
-// "SGD lr 0.1", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate and the schedule, if not constant.
+// "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
 inline std::string optimizer_text(const Options& o) {
     const char* names[] = {"SGD", "momentum", "Adam"};
-    std::string text = fmt("%s lr %g", names[int(o.train.optimizer)], o.train.lr);
-    if (o.train.schedule == Schedule::linear) text += ", schedule linear";
-    if (o.train.schedule == Schedule::warmup) text += fmt(", schedule warmup %ld", o.train.warmup);
-    return text;
+    std::string text = fmt("%s lr %g, schedule %s", names[int(o.train.optimizer)], o.train.lr,
+                           SCHEDULE_NAMES[int(o.train.schedule)].c_str());
+    return o.train.schedule == Schedule::warmup ? text + fmt(" %ld", o.train.warmup) : text;
 }
 
 // Train o.train.steps steps on from where `saved` stands (a fresh run: no update yet, the seed's draws),
