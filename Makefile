@@ -4,6 +4,7 @@
 #   make gradcheck   only the gradient checks, with their table (about 8 s after editing a backward)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make course      run every command of docs/course.md again; fail if an output drifted from the page
+#   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see README.md, Performance)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
@@ -20,7 +21,7 @@ HEADERS  := matrix.hpp model.hpp train.hpp
 DOCTEST  := /usr/include/doctest/doctest.h
 PYTHON   := /usr/bin/python3
 
-.PHONY: all test gradcheck course sanitize bench reference compare fuzz clean doctest
+.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz clean doctest
 
 all: sorter
 
@@ -69,6 +70,10 @@ sanitize: tests-sanitize
 # Every command of the course page, run again and compared with what the page shows (timings masked).
 course: sorter
 	@docs/check-course
+
+# The --report page in headless Chromium: no console error, well-formed, screenshots to look at.
+check-report: sorter
+	@docs/check-report
 
 # The same build as `make`, then the speed table (about 15 s; sorter alone, make compare adds PyTorch).
 bench: sorter

@@ -85,7 +85,7 @@ struct Options {
     bool help = false, bench = false, speed = false;
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
     bool inspect = false;
-    std::string svg_dir, save_path, load_path, train_data_path;
+    std::string svg_dir, report_path, save_path, load_path, train_data_path;
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // "scale", "softmax" or "gradcheck"
 };
@@ -309,7 +309,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
                         &O::trace_shapes),
             switch_flag("--params", "parameter count per block and in total, then stop", false, true, &O::params),
-            path_flag("--svg", "DIR", "write attention.svg, pe.svg and training.svg into DIR", false, &O::svg_dir)}},
+            path_flag("--svg", "DIR", "write attention.svg, pe.svg and training.svg into DIR", false, &O::svg_dir),
+            path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
+                      "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
+                      &O::report_path)}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
             path_flag("--save", "FILE", "after training, write the model to FILE (plain text)", false, &O::save_path),
@@ -814,6 +817,8 @@ struct AttentionMap {
     int head = 0;
     Matrix P;           // (queries, keys)
     std::vector<std::string> queries, keys;
+    std::vector<std::string> predicts;  // for each query row, what it predicts: the next output token on the
+                                        // decoder side, its own token on the encoder side (the SVG's row labels)
 };
 
 // Run one forward pass and collect every head's map from the caches it saved.
@@ -834,15 +839,18 @@ inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     }
     return layers;
 }
+// The decoder reads START and the output so far (teacher forcing over `output`).
 inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::vector<int>& source,
-                                                const std::vector<int>& dec_in) {
+                                                const std::vector<int>& output) {
+    std::vector<int> dec_in = shifted_right(output, model.config.vocab);
     model.forward({source}, {dec_in});
-    std::vector<std::string> src = token_names(source, model.config), dec = token_names(dec_in, model.config);
+    std::vector<std::string> src = token_names(source, model.config), dec = token_names(dec_in, model.config),
+                             out = token_names(output, model.config);
     std::vector<AttentionMap> maps;
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++)
             maps.push_back({l.name, h, l.attn->heads[h].P, l.queries_from_decoder ? dec : src,
-                            l.keys_from_decoder ? dec : src});
+                            l.keys_from_decoder ? dec : src, l.queries_from_decoder ? out : src});
     return maps;
 }
 inline void print_attention(const std::vector<AttentionMap>& maps, bool numbers) {  // --show-attention
@@ -1108,12 +1116,13 @@ inline std::string svg_escape(const std::string& s) {  // text as SVG shows it: 
         out += ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&quot;" : std::string{ch};
     return out;
 }
-inline std::string svg_rect(double x, double y, double w, double h, const std::string& fill) {
-    return fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x, y, w, h, fill.c_str());
+inline std::string svg_rect(double x, double y, double w, double h, const std::string& fill, const std::string& tip = "") {
+    std::string rect = fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"", x, y, w, h, fill.c_str());
+    return tip.empty() ? rect + "/>\n" : rect + "><title>" + svg_escape(tip) + "</title></rect>\n";  // tip: on hover
 }
-inline std::string svg_text(double x, double y, const std::string& text, int size = 12,
+inline std::string svg_text(double x, double y, const std::string& text, double size = 12,
                             const std::string& anchor = "middle", const std::string& fill = "#222") {
-    return fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\" fill=\"%s\">", x, y, size,
+    return fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"%.0f\" text-anchor=\"%s\" fill=\"%s\">", x, y, size,
                anchor.c_str(), fill.c_str()) + svg_escape(text) + "</text>\n";
 }
 inline std::string svg_line(double x1, double y1, double x2, double y2, const std::string& stroke, double width = 1) {
@@ -1123,8 +1132,8 @@ inline std::string svg_line(double x1, double y1, double x2, double y2, const st
 inline std::string svg_polyline(const std::string& points, const std::string& style) {  // points: "x,y x,y ..."
     return "<polyline fill=\"none\" " + style + " points=\"" + points + "\"/>\n";
 }
-inline std::string svg_document(double width, double height, const std::string& body) {  // a whole file
-    return fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.1f\" height=\"%.1f\" viewBox=\"0 0 %.1f %.1f\" "
+inline std::string svg_document(double width, double height, const std::string& body) {  // a whole picture
+    return fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "font-family=\"sans-serif\">\n", width, height, width, height) +
            svg_rect(0, 0, width, height, "white") + body + "</svg>\n";
 }
@@ -1140,120 +1149,256 @@ inline std::string color_for(double t, bool diverging) {
     return fmt("rgb(%d,%d,%d)", channel(0), channel(1), channel(2));
 }
 
-// One heatmap with title and labels, top-left at (x, y), coloured by value / bound; width() and height() its room.
+// The key to a heatmap's colours: a bar h pixels tall at (x, y), from `bound` (or 1) at the top down
+// to 0 (or -bound when diverging), its ends and middle labelled.
+inline std::string svg_colour_bar(double x, double y, double h, double bound, bool diverging) {
+    std::string s;
+    const int bands = 40;
+    for (int i = 0; i < bands; i++) {  // band i from the top, coloured by the value at its middle
+        double t = 1.0 - (i + 0.5) / bands * (diverging ? 2.0 : 1.0);
+        s += svg_rect(x, y + h * i / bands, 14, h / bands + 0.5, color_for(t, diverging));
+    }
+    for (int k = 0; k <= 2; k++) {
+        double t = 1.0 - k / 2.0 * (diverging ? 2.0 : 1.0);
+        s += svg_line(x + 14, y + h * k / 2, x + 18, y + h * k / 2, "#444") +
+             svg_text(x + 21, y + h * k / 2 + 4, fmt("%.2f", t * bound), 11, "start");
+    }
+    return s;
+}
+
+// One heatmap with its title and labels, top-left at (x, y), coloured by value / bound; every cell tells
+// its value on hover. The cells shrink with the map, so that it is at most `side` pixels across (4 to
+// `largest` a cell), and small cells get a label every few rows or columns, so that labels never overlap.
 struct SvgHeatmap {
-    double cell = 30, label = 28, title = 20;
-    double width(const Matrix& m) const { return label + m.cols * cell; }
+    double cell, label = 34, row_label = 34, title = 20;  // label: the column labels' height
+    SvgHeatmap(int rows, int cols, double side, double largest = 30)
+        : cell(std::clamp(std::floor(side / std::max(rows, cols)), 4.0, largest)) {}
+    int every() const { return int(std::ceil(13.0 / cell)); }  // labels at least 13 pixels apart
+    double width(const Matrix& m) const { return row_label + m.cols * cell; }
     double height(const Matrix& m) const { return title + label + m.rows * cell; }
     std::string draw(double x, double y, const std::string& name, const Matrix& m, const std::vector<std::string>& rows,
                      const std::vector<std::string>& cols, double bound, bool diverging, bool numbers) const {
         std::string s = svg_text(x, y + 14, name, 13, "start");
-        double top = y + title + label, left = x + label;
-        for (int c = 0; c < m.cols; c++) s += svg_text(left + (c + 0.5) * cell, top - 8, cols[c], 11);
-        for (int r = 0; r < m.rows; r++) {
-            s += svg_text(left - 6, top + (r + 0.5) * cell + 4, rows[r], 11, "end");
+        double top = y + title + label, left = x + row_label, font = std::min(11.0, cell * every() - 2);
+        for (int c = 0; c < m.cols; c += every()) s += svg_text(left + (c + 0.5) * cell, top - 8, cols[c], font);
+        for (int r = 0; r < m.rows; r += every()) s += svg_text(left - 6, top + (r + 0.5) * cell + 4, rows[r], font, "end");
+        for (int r = 0; r < m.rows; r++)
             for (int c = 0; c < m.cols; c++) {
                 double t = m.at(r, c) / bound;
-                s += svg_rect(left + c * cell, top + r * cell, cell, cell, color_for(t, diverging));
-                if (numbers)
+                s += svg_rect(left + c * cell, top + r * cell, cell, cell, color_for(t, diverging),
+                              fmt("%s, %s: %.4f", rows[r].c_str(), cols[c].c_str(), m.at(r, c)));
+                if (numbers && cell >= 26)
                     s += svg_text(left + (c + 0.5) * cell, top + (r + 0.5) * cell + 3, fmt("%.2f", m.at(r, c)), 9,
                                   "middle", std::fabs(t) > 0.55 ? "white" : "#222");
             }
-        }
         return s;
     }
 };
 
-// Every attention map, one row of heads per layer.
+// Every attention map: a heading for each layer, then its heads side by side (in even lines of at
+// most 5, so that the picture stays about 1,100 pixels wide), one colour bar for all. A decoder row is
+// labelled by the token it predicts.
 inline std::string attention_svg(const std::vector<AttentionMap>& maps, int n_heads, const std::string& caption) {
-    SvgHeatmap hm;
     const Matrix& first = maps.front().P;
-    double gap = 30, panel_w = std::max(hm.width(first) + gap, 290.0), panel_h = hm.height(first) + gap;
+    SvgHeatmap hm(first.rows, first.cols, std::clamp(1000.0 / n_heads - 74, 120.0, 320.0));
+    double gap = 40, panel_w = std::max(hm.width(first) + gap, 120.0), panel_h = hm.height(first) + gap, heading = 26;
+    int lines = (n_heads + 4) / 5, per_line = (n_heads + lines - 1) / lines;  // 8 heads: 2 lines of 4
     int layers = int(maps.size()) / n_heads;
+    double layer_h = heading + lines * panel_h;
     std::string body = svg_text(20, 24, caption, 15, "start") +
-                       svg_text(20, 44, "rows: queries, columns: keys; darker blue = more weight (0 to 1); "
-                                        "S = START, _ = PAD", 12, "start", "#555");
+                       svg_text(20, 44, "rows: queries (a decoder row is labelled by the token it predicts), columns: "
+                                        "keys; darker blue = more weight; S = START, _ = PAD", 12, "start", "#555");
     for (std::size_t i = 0; i < maps.size(); i++) {
         const AttentionMap& m = maps[i];
-        body += hm.draw(20 + (i % n_heads) * panel_w, 60 + (i / n_heads) * panel_h, m.layer + ", head " +
-                        std::to_string(m.head), m.P, m.queries, m.keys, 1.0, false, m.P.cols <= 12);
+        double top = 64 + (int(i) / n_heads) * layer_h;
+        if (m.head == 0) body += svg_text(20, top + 16, m.layer, 14, "start");
+        body += hm.draw(20 + (m.head % per_line) * panel_w, top + heading + (m.head / per_line) * panel_h,
+                        "head " + std::to_string(m.head), m.P, m.predicts, m.keys, 1.0, false, true);
     }
-    return svg_document(std::max(40 + n_heads * panel_w, 560.0), 70 + layers * panel_h, body);
+    double right = 20 + per_line * panel_w;
+    body += svg_text(right, 70, "weight", 11, "start") + svg_colour_bar(right, 80, 160, 1.0, false);
+    return svg_document(std::max(right + 70, 760.0), 74 + layers * layer_h, body);
 }
 
-// The position table, blue below 0 and red above; with many columns, every 8th is labelled.
+// The position table, blue below 0 and red above.
 inline std::string positions_svg(const Matrix& P, const std::string& kind) {
-    SvgHeatmap hm;
-    hm.cell = P.cols > 32 ? 8 : 22;
+    SvgHeatmap hm(P.rows, P.cols, 1000, 22);
     double bound = max_abs(P, 1e-12);
     std::string body =
         svg_text(20, 24, "Positional encoding (" + kind + "): rows = positions, columns = dimensions", 15, "start") +
         svg_text(20, 44, fmt("blue = %.2f, white = 0, red = +%.2f", -bound, bound), 12, "start", "#555") +
-        hm.draw(20, 56, "position x dimension", P, index_labels(P.rows), index_labels(P.cols, P.cols > 32 ? 8 : 1),
-                bound, true, false);
-    return svg_document(std::max(40 + hm.width(P), 660.0), 80 + hm.height(P), body);
+        hm.draw(20, 56, "position x dimension", P, index_labels(P.rows), index_labels(P.cols), bound, true, false);
+    double right = 40 + hm.width(P);
+    body += svg_text(right, 86, "value", 11, "start") + svg_colour_bar(right, 96, 160, bound, true);
+    return svg_document(std::max(right + 70, 660.0), 80 + std::max(hm.height(P), 200.0), body);
 }
 
-// What a training run records, for training.svg.
+// What a training run records, for training.svg and the report.
 struct EvalPoint {
     long step;
     double loss, exact, token;  // mean training loss since the last evaluation; held-out shares
     double held_out_loss;       // teacher-forced, on the held-out set
 };
 struct History {
+    std::string header, final_line;  // the run's first lines and its final: line, as printed
+    std::vector<std::pair<std::string, std::string>> predictions;  // the watched inputs: a title, the lines
     long first_step = 1;           // above 1 when training went on from a checkpoint
     std::vector<double> losses;    // every step's mini-batch loss, from first_step on
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
+    // With --report: the size of each block's gradient at every step (gradient_norms[step][block]).
+    std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
+    std::vector<std::vector<double>> gradient_norms;
 };
 
-// Two charts side by side: the training loss (log scale) and the held-out accuracy, over steps.
+// The block a parameter belongs to: its name up to the block's number ("encoder.0.ffn.W_1" ->
+// "encoder.0"), or up to the first dot ("embed.table" -> "embed").
+inline std::string block_of(const std::string& name) {
+    std::size_t dot = name.find('.');
+    bool numbered = dot != std::string::npos && dot + 1 < name.size() && std::isdigit((unsigned char)name[dot + 1]);
+    return name.substr(0, numbered ? name.find('.', dot + 1) : dot);
+}
+// After a backward pass, the size of each block's gradient: the square root of the sum of the squares
+// of every entry of its tensors' grads. Vanishing or exploding gradients show here first.
+inline void record_gradient_norms(Transformer& model, History& h) {
+    std::vector<std::string> blocks;
+    std::vector<double> norms;
+    for (auto& [name, p] : model.parameters()) {  // a block's tensors come one after another
+        if (blocks.empty() || blocks.back() != block_of(name)) {
+            blocks.push_back(block_of(name));
+            norms.push_back(0.0);
+        }
+        for (double g : p->grad.data) norms.back() += g * g;
+    }
+    for (double& n : norms) n = std::sqrt(n);
+    h.blocks = blocks;
+    h.gradient_norms.push_back(norms);
+}
+
+// Round steps to mark on an axis from first to last: multiples of 1, 2 or 5 times a power of ten,
+// about 5 of them.
+inline std::vector<long> step_ticks(long first, long last) {
+    long unit = 1;  // 1, 2, 5, 10, 20, 50, ... until at most 5 units fit between first and last
+    for (int k = 1; (last - first) / unit > 5; k++) unit = long(std::pow(10, k / 3)) * (k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 5);
+    std::vector<long> ticks;
+    for (long t = (first + unit - 1) / unit * unit; t <= last; t += unit) ticks.push_back(t);
+    return ticks;
+}
+
+// A chart: a plot area w x h pixels at (left, top), steps first..last across, lo..hi up. On a log
+// chart lo and hi are decades (lo = -3 is 0.001) and y() takes log10 of the value; otherwise the
+// values are shares, drawn as percentages. frame() draws the axes, the grid, ticks and labels.
+struct Chart {
+    double left, top, w, h;
+    long first, last;
+    double lo, hi;
+    bool log;
+    double x(double step) const {
+        return left + w * (last > first ? (step - double(first)) / double(last - first) : 0.5);
+    }
+    double y(double v) const { return top + h * (hi - v) / (hi - lo); }  // v: a share, or log10 of the value
+    std::string grid_line(double v, const std::string& label) const {
+        return svg_line(left, y(v), left + w, y(v), "#ddd") + svg_text(left - 6, y(v) + 4, label, 11, "end");
+    }
+    std::string frame(const std::string& title, const std::string& y_label) const {
+        std::string s = svg_text(left + w / 2, top - 12, title, 12);
+        if (log)
+            for (double d = lo; d <= hi; d++) s += grid_line(d, fmt("%g", std::pow(10.0, d)));
+        else
+            for (int p = 0; p <= 100; p += 25) s += grid_line(p / 100.0, fmt("%d%%", p));
+        for (long t : step_ticks(first, last))
+            s += svg_line(x(double(t)), top + h, x(double(t)), top + h + 5, "#444") +
+                 svg_text(x(double(t)), top + h + 18, std::to_string(t), 11);
+        return s + svg_line(left, top, left, top + h, "#444") + svg_line(left, top + h, left + w, top + h, "#444") +
+               svg_text(left + w / 2, top + h + 36, "step", 12) +
+               fmt("<text transform=\"rotate(-90 %.1f %.1f)\" x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+                   "text-anchor=\"middle\" fill=\"#222\">", left - 48, top + h / 2, left - 48, top + h / 2) +
+               svg_escape(y_label) + "</text>\n";
+    }
+    // A line through (step, value) points; a point whose value is not finite is left out.
+    std::string series(const std::vector<std::pair<double, double>>& points, const std::string& style,
+                       bool dots = false) const {
+        std::string line, marks;
+        for (auto [step, v] : points)
+            if (std::isfinite(v)) {
+                line += fmt("%.1f,%.1f ", x(step), y(v));
+                if (dots) marks += fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#555\"/>\n", x(step), y(v));
+            }
+        return svg_polyline(line, style) + marks;
+    }
+};
+
+// A long series as at most `points` (step, log10 value) pairs: each the mean over its stretch of steps.
+inline std::vector<std::pair<double, double>> log_points(const std::vector<double>& values, long first_step, int points) {
+    std::vector<double> ys = log_loss_points(values, points);
+    std::vector<std::pair<double, double>> out;
+    for (int i = 0; i < points; i++)  // the middle step of stretch i
+        out.push_back({double(values.size() * i / points + values.size() * (i + 1) / points - 1) / 2.0 + double(first_step),
+                       ys[i]});
+    return out;
+}
+// The decades a log chart needs to hold every finite value of these series.
+inline void decades_of(const std::vector<std::pair<double, double>>& points, double& lo, double& hi, bool& any) {
+    for (auto [step, v] : points)
+        if (std::isfinite(v)) {
+            lo = any ? std::min(lo, std::floor(v)) : std::floor(v), hi = any ? std::max(hi, std::ceil(v)) : std::ceil(v);
+            any = true;
+        }
+}
+
+// Two charts side by side: the training and held-out loss (log scale), and the held-out accuracy.
 inline std::string training_svg(const History& h) {
-    const double pw = 400, ph = 240, left = 70, top = 60, left2 = left + pw + 90;  // the plot areas
-    std::string body = svg_text(20, 24, "Training: loss (left, log scale) and held-out accuracy (right)", 15, "start");
-    long steps = long(h.losses.size());
-    auto x_of = [&](double step, double x0) {
-        return x0 + pw * (steps > 1 ? (step - double(h.first_step)) / double(steps - 1) : 0.0);
-    };
-    // Loss: at most 400 points, each the mean over its stretch of steps; nan stretches are skipped.
-    int points = std::min<int>(400, int(h.losses.size()));
-    std::vector<double> ys = log_loss_points(h.losses, points);
-    double lo = 0.0, hi = 0.0;
-    if (!finite_range(ys, lo, hi)) body += svg_text(left + pw / 2, top + ph / 2, "loss not finite (diverged)", 12);
-    lo = std::floor(lo);
-    hi = std::ceil(hi);
-    if (hi <= lo) hi = lo + 1;
-    auto y_loss = [&](double v) { return top + ph * (hi - v) / (hi - lo); };
-    for (double decade = lo; decade <= hi; decade++)
-        body += svg_line(left, y_loss(decade), left + pw, y_loss(decade), "#ddd") +
-                svg_text(left - 6, y_loss(decade) + 4, fmt("%g", std::pow(10.0, decade)), 11, "end");
-    std::string loss;
-    for (int i = 0; i < points; i++) {
-        double step = double(h.losses.size() * i / points + h.losses.size() * (i + 1) / points + 1) / 2.0 +
-                      double(h.first_step - 1);
-        if (std::isfinite(ys[i])) loss += fmt("%.1f,%.1f ", x_of(step, left), y_loss(ys[i]));
-    }
-    body += svg_polyline(loss, "stroke=\"rgb(178,24,43)\" stroke-width=\"1.5\"") +
-            svg_text(left + pw / 2, top - 10, "training loss (mean per stretch of steps)", 12);
-    // Accuracy, in percent, at each evaluation.
-    auto y_acc = [&](double share) { return top + ph * (1.0 - share); };
-    for (int p = 0; p <= 100; p += 25)
-        body += svg_line(left2, y_acc(p / 100.0), left2 + pw, y_acc(p / 100.0), "#ddd") +
-                svg_text(left2 - 6, y_acc(p / 100.0) + 4, std::to_string(p) + "%", 11, "end");
-    std::string exact, token;
+    long last = h.first_step + long(h.losses.size()) - 1;
+    std::vector<std::pair<double, double>> train = log_points(h.losses, h.first_step, std::min<int>(400, int(h.losses.size()))),
+                                           held_out, exact, token;
     for (const EvalPoint& e : h.evals) {
-        double x = x_of(double(e.step), left2);
-        exact += fmt("%.1f,%.1f ", x, y_acc(e.exact));
-        token += fmt("%.1f,%.1f ", x, y_acc(e.token));
-        body += fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"rgb(8,48,107)\"/>\n", x, y_acc(e.exact));
+        held_out.push_back({double(e.step), std::log10(std::max(e.held_out_loss, 1e-12))});
+        exact.push_back({double(e.step), e.exact});
+        token.push_back({double(e.step), e.token});
     }
-    body += svg_polyline(exact, "stroke=\"rgb(8,48,107)\" stroke-width=\"2\"") +
-            svg_polyline(token, "stroke=\"rgb(107,174,214)\" stroke-width=\"2\" stroke-dasharray=\"5,3\"") +
-            svg_text(left2 + pw / 2, top - 10, "held-out: exact-match (solid), token-accuracy (dashed)", 12);
-    for (double x0 : {left, left2})  // axes and step labels under both charts
-        body += svg_line(x0, top, x0, top + ph, "#444") + svg_line(x0, top + ph, x0 + pw, top + ph, "#444") +
-                svg_text(x0, top + ph + 18, "1", 11) + svg_text(x0 + pw, top + ph + 18, std::to_string(steps), 11) +
-                svg_text(x0 + pw / 2, top + ph + 34, "step", 12);
-    return svg_document(left2 + pw + 30, top + ph + 50, body);
+    double lo = 0, hi = 0;
+    bool any = false;
+    decades_of(train, lo, hi, any);
+    decades_of(held_out, lo, hi, any);
+    if (hi <= lo) hi = lo + 1;
+    Chart loss{80, 60, 400, 240, h.first_step, last, lo, hi, true}, acc{600, 60, 400, 240, h.first_step, last, 0, 1, false};
+    std::string body = svg_text(20, 24, "Training: the loss (left, log scale) and the held-out accuracy (right)", 15,
+                                "start");
+    if (!any) body += svg_text(loss.left + loss.w / 2, loss.top + loss.h / 2, "loss not finite (diverged)", 12);
+    body += loss.frame("training loss (red), held-out loss (grey, dots)", "cross-entropy") +
+            loss.series(train, "stroke=\"rgb(178,24,43)\" stroke-width=\"1.5\"") +
+            loss.series(held_out, "stroke=\"#555\" stroke-width=\"1.5\" stroke-dasharray=\"4,3\"", true) +
+            acc.frame("held-out: exact-match (solid), token-accuracy (dashed)", "held-out accuracy") +
+            acc.series(exact, "stroke=\"rgb(8,48,107)\" stroke-width=\"2\"", true) +
+            acc.series(token, "stroke=\"rgb(107,174,214)\" stroke-width=\"2\" stroke-dasharray=\"5,3\"");
+    return svg_document(1030, 360, body);
+}
+
+// The gradient flow: each block's gradient size over the steps, one line a block, on a log scale.
+inline std::string gradient_svg(const History& h) {
+    const char* colours[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"};
+    long last = h.first_step + long(h.gradient_norms.size()) - 1;
+    int points = std::min<int>(300, int(h.gradient_norms.size()));
+    std::vector<std::vector<std::pair<double, double>>> lines;
+    double lo = 0, hi = 0;
+    bool any = false;
+    for (std::size_t b = 0; b < h.blocks.size(); b++) {
+        std::vector<double> norms;
+        for (const std::vector<double>& step : h.gradient_norms) norms.push_back(step[b]);
+        lines.push_back(log_points(norms, h.first_step, points));
+        decades_of(lines.back(), lo, hi, any);
+    }
+    if (hi <= lo) hi = lo + 1;
+    Chart chart{80, 60, 560, 280, h.first_step, last, lo, hi, true};
+    std::string body = svg_text(20, 24, "Gradient flow: the size of each block's gradient, step by step (log scale)",
+                                15, "start") +
+                       chart.frame("|gradient| of each block (mean over each stretch of steps)", "gradient norm");
+    for (std::size_t b = 0; b < lines.size(); b++) {
+        std::string colour = colours[b % 8];
+        body += chart.series(lines[b], "stroke=\"" + colour + "\" stroke-width=\"1.5\"") +
+                svg_line(670, 70 + 18.0 * b, 690, 70 + 18.0 * b, colour, 3) +
+                svg_text(696, 74 + 18.0 * b, h.blocks[b], 12, "start");
+    }
+    return svg_document(820, std::max(400.0, 90 + 18.0 * lines.size()), body);
 }
 inline void write_svg(const std::string& dir, const std::string& name, const std::string& svg) {  // DIR/name
     std::string path = (std::filesystem::path(dir) / name).string();
@@ -1268,10 +1413,145 @@ inline void write_pictures(const std::string& dir, Transformer& model, const std
     std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
     std::string caption = "Attention maps: input " + digits_text(source, c) + ", output " + digits_text(output, c);
     write_svg(dir, "attention.svg",
-              attention_svg(attention_maps(model, source, shifted_right(output, c.vocab)), c.n_heads, caption));
+              attention_svg(attention_maps(model, source, output), c.n_heads, caption));
     if (const Matrix* table = model.embed.position_table())
         write_svg(dir, "pe.svg", positions_svg(*table, POSITION_NAMES[int(c.positions)]));
     if (history && !history->losses.empty()) write_svg(dir, "training.svg", training_svg(*history));
+}
+
+// ---------------------------------------------------------------------------------------------
+// --report FILE: one HTML page of the run, whole in itself (inline SVG, CSS and a few lines of
+// JavaScript; nothing fetched), that any browser opens from the disk. It is well-formed XML too, so
+// a strict parser accepts it (make check-report checks that, and renders it in a headless browser).
+// ---------------------------------------------------------------------------------------------
+// The step-by-step replay of greedy decoding: at step t the decoder has read START and the first t
+// output tokens; each cross-attention head's row t says where in the source it looked, and the
+// softmax of the logits' row t gives the next token's probabilities. One teacher-forced pass over
+// the output gives every step at once, the same bits as the decoding steps (a test checks that).
+inline std::string replay_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output) {
+    const ModelConfig& c = model.config;
+    std::vector<int> dec_in = shifted_right(output, c.vocab);
+    Matrix probs = softmax_rows(model.forward({source}, {dec_in}));  // (T, V)
+    std::vector<AttentionLayer> cross;
+    for (const AttentionLayer& l : attention_layers(model))
+        if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
+    std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), heads;
+    for (const AttentionLayer& l : cross)
+        for (int h = 0; h < c.n_heads; h++) heads.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
+    std::string html;
+    for (int t = 0; t < int(output.size()); t++) {
+        Matrix rows(int(heads.size()), int(source.size()));  // (layers x heads, S): row t of each head's P
+        for (std::size_t l = 0, r = 0; l < cross.size(); l++)
+            for (int h = 0; h < c.n_heads; h++, r++)
+                for (int s = 0; s < rows.cols; s++) rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
+        std::vector<int> order(c.vocab);
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                          [&](int a, int b) { return probs.at(t, a) > probs.at(t, b); });
+        std::vector<std::string> so_far(read.begin(), read.begin() + t + 1);
+        SvgHeatmap hm(rows.rows, rows.cols, std::max(320.0, 13.0 * rows.cols), 26);  // a label for every head
+        hm.row_label = 90;
+        hm.title = 0;
+        std::string top3;
+        for (int k = 0; k < 3; k++)
+            top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %.4f</td></tr>",
+                        svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]), probs.at(t, order[k]));
+        html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
+                    "<div>cross-attention over the source, one row a head:<br/>", t + 1,
+                    svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str()) +
+                svg_document(hm.width(rows) + 20, hm.height(rows) + 10,
+                             hm.draw(0, 0, "", rows, heads, src, 1.0, false, true)) +
+                "</div><div>the three likeliest next tokens:<table class=\"top\"><tr><th>token</th><th>probability</th></tr>" +
+                top3 + "</table></div></div></div>\n";
+    }
+    return html;
+}
+
+inline std::string html_escape(const std::string& s) { return svg_escape(s); }  // the same four characters
+
+// The page: the run as `h` recorded it (no curves with --load), the attention and the decoding of
+// `source`, the position table, and the held-out sequences the model gets wrong.
+inline std::string report_html(Transformer& model, const History& h, const std::vector<int>& source,
+                               const std::vector<Example>& held_out) {
+    const ModelConfig& c = model.config;
+    std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
+    std::string page = "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+                       "<meta charset=\"utf-8\"/>\n<title>sorter: a report of one run</title>\n<style>/*<![CDATA[*/\n"
+                       "body { font-family: sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; color: #222; }\n"
+                       "pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }\n"
+                       "section { margin-bottom: 2.5em; } svg { max-width: 100%; height: auto; }\n"
+                       ".row { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }\n"
+                       ".bar { display: inline-block; height: 0.8em; background: rgb(8,48,107); }\n"
+                       "table.top td { padding: 0.1em 0.6em; } table.mistakes td { padding: 0.1em 1em; font-family: monospace; }\n"
+                       "nav a { margin-right: 1em; } .controls button { margin-right: 0.5em; }\n"
+                       "/*]]>*/</style>\n</head>\n<body>\n<h1>sorter: a report of one run</h1>\n"
+                       "<nav><a href=\"#run\">the run</a><a href=\"#curves\">loss and accuracy</a>"
+                       "<a href=\"#gradients\">gradient flow</a><a href=\"#attention\">attention</a>"
+                       "<a href=\"#replay\">decoding step by step</a><a href=\"#positions\">positions</a>"
+                       "<a href=\"#mistakes\">mistakes</a></nav>\n";
+    page += "<section id=\"run\"><h2>The run</h2>\n<pre>" + html_escape(h.header) + html_escape(h.final_line) +
+            "</pre>\n";
+    for (const auto& [title, text] : h.predictions)
+        page += "<h3>" + html_escape(title) + "</h3>\n<pre>" + html_escape(text) + "</pre>\n";
+    page += "</section>\n";
+    if (!h.losses.empty())
+        page += "<section id=\"curves\"><h2>Loss and accuracy</h2>\n" + training_svg(h) + "</section>\n"
+                "<section id=\"gradients\"><h2>Gradient flow: the backward pass made visible</h2>\n<p>After every "
+                "step's backward pass, the size of each block's gradient (the square root of the sum of its squared "
+                "entries). A line falling towards 0 would be a vanishing gradient; one shooting up, an exploding "
+                "one.</p>\n" + gradient_svg(h) + "</section>\n";
+    else
+        page += "<section id=\"curves\"><h2>Loss, accuracy and gradient flow</h2><p>Not trained in this run "
+                "(a model loaded with --load): no curves.</p></section>\n";
+    std::string example = "input " + digits_text(source, c) + ", output " + digits_text(output, c);
+    page += "<section id=\"attention\"><h2>Attention</h2>\n<p>Every head of every layer for " + html_escape(example) +
+            ". Hold the pointer on a cell to read its weight.</p>\n" +
+            attention_svg(attention_maps(model, source, output), c.n_heads, "Attention maps: " + example) +
+            "</section>\n";
+    page += "<section id=\"replay\"><h2>Decoding, step by step</h2>\n<p class=\"controls\"><button id=\"previous\" "
+            "type=\"button\">previous</button><button id=\"next\" type=\"button\">next</button><button id=\"all\" "
+            "type=\"button\">all steps</button> <span id=\"shown\"></span></p>\n" + replay_html(model, source, output) +
+            "</section>\n";
+    page += "<section id=\"positions\"><h2>The positional encoding</h2>\n";
+    if (const Matrix* table = model.embed.position_table())
+        page += positions_svg(*table, POSITION_NAMES[int(c.positions)]);
+    else
+        page += "<p>--pos none: the model adds no positions.</p>\n";
+    page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n";
+    std::vector<std::string> wrong;
+    long wrong_count = 0;
+    for (std::size_t first = 0; first < held_out.size(); first += 100) {
+        std::vector<std::vector<int>> sources;
+        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++) sources.push_back(held_out[i].source);
+        std::vector<std::vector<int>> guesses = greedy_decode(model, sources, int(held_out[first].target.size()));
+        for (std::size_t k = 0; k < guesses.size(); k++) {
+            const Example& e = held_out[first + k];
+            if (guesses[k] == e.target) continue;
+            if (++wrong_count <= 20)
+                wrong.push_back("<tr><td>" + html_escape(digits_text(e.source, c)) + "</td><td>" +
+                                html_escape(digits_text(guesses[k], c)) + "</td><td>" +
+                                html_escape(digits_text(e.target, c)) + "</td></tr>\n");
+        }
+    }
+    page += fmt("<p>%ld of the %zu held-out sequences are wrong%s.</p>\n", wrong_count, held_out.size(),
+                wrong_count > 20 ? "; the first 20" : "");
+    if (!wrong.empty())
+        page += "<table class=\"mistakes\"><tr><th>input</th><th>prediction</th><th>truth</th></tr>\n" + join(wrong, "") +
+                "</table>\n";
+    page += "</section>\n<script>//<![CDATA[\n"
+            "(function () {  // the replay: one step at a time, or all of them\n"
+            "  var steps = document.querySelectorAll('#replay .step'), at = 0, all = false;\n"
+            "  function show() {\n"
+            "    for (var i = 0; i != steps.length; i++) steps[i].style.display = (all || i === at) ? '' : 'none';\n"
+            "    document.getElementById('shown').textContent = all ? 'all steps' : 'step ' + (at + 1) + ' of ' + steps.length;\n"
+            "  }\n"
+            "  document.getElementById('previous').onclick = function () { all = false; at = Math.max(0, at - 1); show(); };\n"
+            "  document.getElementById('next').onclick = function () { all = false; at = Math.min(steps.length - 1, at + 1); show(); };\n"
+            "  document.getElementById('all').onclick = function () { all = true; show(); };\n"
+            "  show();\n"
+            "  document.body.setAttribute('data-ready', 'yes');  // make check-report looks for this\n"
+            "})();\n//]]></script>\n</body>\n</html>\n";
+    return page;
 }
 
 // =============================================================================================
@@ -1402,14 +1682,18 @@ inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // th
 }
 
 // The model's answer to each example beside the true one, after a blank line.
-inline void show_examples(const std::string& title, Transformer& model, const std::vector<Example>& shown) {
-    std::printf("\n--- %s ---\n", title.c_str());
+// The watched inputs decoded now, printed under a title and kept in the history for --report.
+inline void show_examples(const std::string& title, Transformer& model, const std::vector<Example>& shown,
+                          History& history) {
+    std::string lines;
     for (const Example& e : shown) {
         std::vector<int> guess = greedy_decode(model, {e.source}, int(e.target.size()))[0];
-        std::printf("  input %s   pred %s   true %s%s\n", digits_text(e.source, model.config).c_str(),
-                    digits_text(guess, model.config).c_str(), digits_text(e.target, model.config).c_str(),
-                    guess == e.target ? "   ok" : "");
+        lines += fmt("  input %s   pred %s   true %s%s\n", digits_text(e.source, model.config).c_str(),
+                     digits_text(guess, model.config).c_str(), digits_text(e.target, model.config).c_str(),
+                     guess == e.target ? "   ok" : "");
     }
+    std::printf("\n--- %s ---\n%s", title.c_str(), lines.c_str());
+    history.predictions.push_back({title, lines});
 }
 
 // Three held-out inputs to watch, the first with repeated digits.
@@ -1475,13 +1759,15 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
     History history;
     history.first_step = first;
     std::string steps = first == 1 ? fmt("steps %ld", last) : fmt("steps %ld to %ld", first, last);
-    std::printf("sorter: %s | %s, batch %d, %s, seed %llu\n", size_text(o.model, o.data).c_str(),
-                optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
+    std::string& header = history.header;
+    header += fmt("sorter: %s | %s, batch %d, %s, seed %llu\n", size_text(o.model, o.data).c_str(),
+                  optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
     std::string variant = variant_text(o);
-    if (!variant.empty()) std::printf("variant: %s\n", variant.c_str());
-    if (!data.train_pool.empty()) std::printf("training data: %zu sequences\n", data.train_pool.size());
-    std::printf("held-out: %zu sequences that training never draws\n", data.held_out.size());
-    show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, shown);
+    if (!variant.empty()) header += "variant: " + variant + "\n";
+    if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
+    header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
+    std::printf("%s", header.c_str());
+    show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, shown, history);
     std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     double train_seconds = 0.0, recent_loss = 0.0;
     long loss_count = 0;
@@ -1492,6 +1778,7 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
         if (step == 1 && !o.dump_step_path.empty()) dump_step(o.dump_step_path, model, batch, lr, saved);
         double loss = train_step(model, batch, lr, optimizer);
         train_seconds += seconds_since(t0);
+        if (!o.report_path.empty()) record_gradient_norms(model, history);
         if (!std::isfinite(loss))  // the logits were already nan or inf, so the weights are too: stop here
             fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
                      step, std::isnan(loss) ? "nan" : "inf", o.train.lr));
@@ -1508,7 +1795,7 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
             loss_count = 0;
         }
         if (step == first - 1 + o.train.steps / 2) {
-            show_examples("step " + std::to_string(step), model, shown);
+            show_examples("step " + std::to_string(step), model, shown, history);
             std::printf("\n");
         }
     }
@@ -1521,9 +1808,10 @@ inline History train_and_report(const Options& o, Dataset& data, Transformer& mo
                    plain_nan(std::accumulate(history.losses.end() - window, history.losses.end(), 0.0) / double(window)),
                    window);
     Accuracy a = evaluate(model, data.held_out);
-    show_examples("after training", model, shown);
-    std::printf("\nfinal: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n", 100 * a.exact,
-                a.exact_count, a.total, 100 * a.token, loss.c_str(), train_seconds);
+    show_examples("after training", model, shown, history);
+    history.final_line = fmt("final: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n",
+                             100 * a.exact, a.exact_count, a.total, 100 * a.token, loss.c_str(), train_seconds);
+    std::printf("\n%s", history.final_line.c_str());
     return history;
 }
 
@@ -1538,7 +1826,8 @@ inline void check_output_paths(const Options& o) {  // before training, so a typ
         fail("--svg " + o.svg_dir + ": not a directory");
     if (!o.svg_dir.empty() && access(o.svg_dir.c_str(), W_OK) != 0)
         fail("--svg " + o.svg_dir + ": cannot write into this directory (" + std::strerror(errno) + ")");
-    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path}}) {
+    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path},
+                                     std::pair{"--report", o.report_path}}) {
         if (path.empty()) continue;
         std::filesystem::path dir = std::filesystem::path(path).parent_path();
         if (dir.empty()) dir = ".";
@@ -1600,11 +1889,13 @@ inline int run(const Options& options) {
         return 0;
     }
     History history;
-    if (!o.load_path.empty())
-        std::printf("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, "
-                    "max_digit %d; %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers,
-                    c.dec_layers, TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len,
-                    o.data.max_digit, saved.optimizer.t);
+    if (!o.load_path.empty()) {
+        history.header = fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, "
+                             "max_digit %d; %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff,
+                             c.enc_layers, c.dec_layers, TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len,
+                             o.data.min_len, o.data.max_digit, saved.optimizer.t);
+        std::printf("%s", history.header.c_str());
+    }
     if (o.load_path.empty() || o.train.steps > 0) {
         Dataset data(o.data, pool);
         if (data.held_out.empty())  // half of all sources at most are held out, and half of 1 is none
@@ -1613,10 +1904,11 @@ inline int run(const Options& options) {
                      count_sources(o.data), count_sources(o.data) == 1 ? "" : "s",
                      pool.empty() ? "" : ", and --train-data uses them"));
         history = train_and_report(o, data, model, saved);
-    } else if (digits.empty()) {
+    } else if (digits.empty() || !o.report_path.empty()) {
         Accuracy a = evaluate(model, Dataset(o.data).held_out);
-        std::printf("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact, a.exact_count,
-                    a.total, 100 * a.token);
+        history.final_line = fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact,
+                                 a.exact_count, a.total, 100 * a.token);
+        if (digits.empty()) std::printf("%s", history.final_line.c_str());
     }
     std::vector<int> guess = greedy_decode(model, {example.source}, o.data.seq_len)[0];
     std::string input = digits_text(example.source, c), output = digits_text(guess, c);
@@ -1626,7 +1918,7 @@ inline int run(const Options& options) {
                     guess == example.target ? ", ok" : ", wrong");
     if (o.show_attention) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
-        print_attention(attention_maps(model, example.source, shifted_right(guess, c.vocab)), o.numbers);
+        print_attention(attention_maps(model, example.source, guess), o.numbers);
     }
     if (o.inspect) inspect(model, Dataset(o.data).held_out);
     if (o.test_len > 0) length_report(model, Dataset(o.data, pool), o.test_len);
@@ -1635,6 +1927,15 @@ inline int run(const Options& options) {
         std::printf("saved %s\n", o.save_path.c_str());
     }
     if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history);
+    if (!o.report_path.empty()) {  // on the first watched input, or the --sort digits
+        Dataset data(o.data, pool);
+        std::vector<Example> watched = watched_examples(data);
+        if (history.predictions.empty()) show_examples("the loaded model", model, watched, history);
+        std::vector<int> source = digits.empty() && !watched.empty() ? watched.front().source : example.source;
+        std::string page = report_html(model, history, source, data.held_out);
+        write_atomically(o.report_path, "--report", [&](FILE* f) { std::fputs(page.c_str(), f); });
+        std::printf("wrote %s\n", o.report_path.c_str());
+    }
     return 0;
 }
 

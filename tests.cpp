@@ -1399,7 +1399,7 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
             CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));
         }
     }
-    CHECK(flags == 38);
+    CHECK(flags == 39);
     CHECK(fixed == 22);
     CHECK(help.find(" \n") == std::string::npos);  // no trailing spaces
 
@@ -1910,7 +1910,7 @@ TEST_CASE("pictures: nan, inf and huge values are drawn, never crash") {
     CHECK(color_for(nan, false) == "rgb(255,0,255)");
     CHECK(color_for(-inf, true) == "rgb(255,0,255)");
     Matrix weights(2, 2, nan);
-    AttentionMap map{"encoder.0 self-attention", 0, weights, {"1", "2"}, {"1", "2"}};
+    AttentionMap map{"encoder.0 self-attention", 0, weights, {"1", "2"}, {"1", "2"}, {"1", "2"}};
     print_attention({map}, true);
     CHECK(contains(attention_svg({map}, 1, "nan weights"), "rgb(255,0,255)"));
 }
@@ -1921,7 +1921,7 @@ TEST_CASE("the source padding mask gives PAD positions exactly zero attention") 
     d.min_len = 2;
     Transformer model(c, 1);
     std::vector<int> source = make_example({4, 2, 7}, d).source;  // 4 2 7 _ _
-    std::vector<AttentionMap> maps = attention_maps(model, source, {start_token(c.vocab), 2, 4, 7, PAD});
+    std::vector<AttentionMap> maps = attention_maps(model, source, {2, 4, 7, PAD, PAD});  // the decoder reads S 2 4 7 _
     for (const AttentionMap& m : maps) {
         if (contains(m.layer, "causal")) continue;  // keys are decoder tokens there
         for (int r = 0; r < m.P.rows; r++)
@@ -1958,6 +1958,102 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     CHECK(svg_text(0, 0, "a<b & c") == "<text x=\"0.0\" y=\"0.0\" font-size=\"12\" text-anchor=\"middle\" "
                                        "fill=\"#222\">a&lt;b &amp; c</text>\n");
     CHECK_THROWS_AS(write_svg(dir.file("missing"), "x.svg", "<svg></svg>"), UsageError);
+}
+
+// Steps on the axes of the charts: round numbers, about 5 of them, within the steps shown.
+TEST_CASE("charts: step ticks are round numbers inside the range") {
+    CHECK(step_ticks(1, 5000) == std::vector<long>{1000, 2000, 3000, 4000, 5000});
+    CHECK(step_ticks(1, 12) == std::vector<long>{2, 4, 6, 8, 10, 12});
+    CHECK(step_ticks(601, 1200) == std::vector<long>{700, 800, 900, 1000, 1100, 1200});
+    CHECK(step_ticks(1, 1) == std::vector<long>{1});
+}
+
+// The gradient flow adds up each block's tensors: with every grad entry 1, a block's norm is the
+// square root of how many entries its tensors hold.
+TEST_CASE("gradient flow: one norm per block, the square root of the sum of squares") {
+    CHECK(block_of("embed.table") == "embed");
+    CHECK(block_of("encoder.1.ffn.W_1") == "encoder.1");
+    CHECK(block_of("decoder.0.norm3.beta") == "decoder.0");
+    CHECK(block_of("final_norm.gamma") == "final_norm");
+    ModelConfig c;
+    c.enc_layers = 2;
+    Transformer model(c, 1);
+    std::map<std::string, double> entries;
+    for (auto& [name, p] : model.parameters()) {
+        for (double& g : p->grad.data) g = 1.0;
+        entries[block_of(name)] += double(p->grad.data.size());
+    }
+    History h;
+    record_gradient_norms(model, h);
+    record_gradient_norms(model, h);
+    CHECK(h.blocks == std::vector<std::string>{"embed", "encoder.0", "encoder.1", "decoder.0", "final_norm", "out"});
+    REQUIRE(h.gradient_norms.size() == 2u);
+    for (std::size_t b = 0; b < h.blocks.size(); b++)
+        CHECK(h.gradient_norms[1][b] == doctest::Approx(std::sqrt(entries[h.blocks[b]])).epsilon(1e-15));
+}
+
+// A strict parser's first checks, by hand: every tag that opens closes, in order (<x/> closes itself),
+// outside <![CDATA[ ... ]]>, comments and the doctype; and every & starts an entity.
+inline std::string markup_problem(const std::string& page) {
+    std::vector<std::string> open;
+    for (std::size_t i = 0; i < page.size(); i++) {
+        if (page[i] == '&') {
+            std::size_t end = page.find(';', i);
+            std::string entity = page.substr(i, end == std::string::npos ? 8 : end - i + 1);
+            if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;") return "bad entity " + entity;
+        }
+        if (page[i] != '<') continue;
+        for (const char* skip : {"<![CDATA[", "<!--", "<!DOCTYPE"}) {
+            const char* until = skip[2] == '[' ? "]]>" : skip[2] == '-' ? "-->" : ">";
+            if (page.compare(i, std::strlen(skip), skip) == 0) i = page.find(until, i) + std::strlen(until) - 1;
+        }
+        if (page[i] != '<') continue;
+        std::size_t end = page.find('>', i);
+        if (end == std::string::npos) return "a tag never ends";
+        std::string tag = page.substr(i + 1, end - i - 1);
+        std::string name = tag.substr(tag[0] == '/', tag.find_first_of(" />", 1) - (tag[0] == '/'));
+        if (tag[0] == '/') {
+            if (open.empty() || open.back() != name) return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
+            open.pop_back();
+        } else if (tag.back() != '/') {
+            open.push_back(name);
+        }
+        i = end;
+    }
+    return open.empty() ? "" : "<" + open.back() + "> never closes";
+}
+
+// The report of a run, and of a loaded model: one page, whole, well-formed, with every section; with
+// --load there are no curves. The default run's page is under 1 MB (measured: about 110 kB).
+TEST_CASE("--report: one self-contained page of the run, and of a loaded model") {
+    CHECK(markup_problem("<a><b/><c x=\"1\">&amp;</c></a>") == "");
+    CHECK(markup_problem("<a><b></a>") == "</a> closes <b>");
+    CHECK(markup_problem("<a>&nbsp;</a>") == "bad entity &nbsp;");
+    CHECK(markup_problem("<a><script>//<![CDATA[ if (x < y && z) {} //]]></script></a>") == "");
+    TempDir dir("report");
+    Options o;
+    REQUIRE(parse_error({"--steps", "200", "--eval-every", "100", "--save", dir.file("m.txt"), "--report",
+                         dir.file("run.html")}, &o) == "");
+    run(o);
+    REQUIRE(parse_error({"--load", dir.file("m.txt"), "--report", dir.file("loaded.html")}, &o) == "");
+    run(o);
+    for (const char* name : {"run.html", "loaded.html"}) {
+        std::string page = read_all(dir.file(name));
+        INFO(name);
+        CHECK(markup_problem(page) == "");
+        CHECK(page.size() < 1000000u);
+        for (const char* id : {"run", "curves", "attention", "replay", "positions", "mistakes"})
+            CHECK(contains(page, "<section id=\"" + std::string(id) + "\">"));
+        CHECK(contains(page, "step 1: the decoder has read S and writes"));
+        CHECK(contains(page, "of the 1000 held-out sequences are wrong"));
+        for (const char* fetch : {"src=", "href=\"http", "url(", "@import"}) CHECK(!contains(page, fetch));  // all inline
+        CHECK(!contains(page, "nan"));
+    }
+    CHECK(contains(read_all(dir.file("run.html")), "<section id=\"gradients\">"));
+    CHECK(contains(read_all(dir.file("run.html")), "Gradient flow"));
+    CHECK(!contains(read_all(dir.file("loaded.html")), "<section id=\"gradients\">"));
+    CHECK(contains(read_all(dir.file("loaded.html")), "Not trained in this run"));
+    CHECK(dir.listing() == std::vector<std::string>{"loaded.html", "m.txt", "run.html"});
 }
 
 // ---------------------------------------------------------------------------------------------

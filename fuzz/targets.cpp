@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     std::istringstream in(input);
     try {
 #if defined(FUZZ_CHECKPOINT)
-        DataConfig data;
-        read_checkpoint(in, "--load fuzz", data);
+        Saved saved;
+        read_checkpoint(in, "--load fuzz", saved);
 #elif defined(FUZZ_TRAIN_DATA)
         DataConfig data;
         data.min_len = 1;  // variable lengths, so that more lines are valid
@@ -46,12 +46,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         variant_text(o);
         print_help();
 #elif defined(FUZZ_PICTURES)
-        DataConfig data;
-        Transformer model = read_checkpoint(in, "--load fuzz", data);
+        Saved saved;
+        Transformer model = read_checkpoint(in, "--load fuzz", saved);
+        const DataConfig& data = saved.data;
         Rng rng(1);
         Example e = make_example(random_digits(rng, data), data);
         std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];
-        std::vector<AttentionMap> maps = attention_maps(model, e.source, shifted_right(output, model.config.vocab));
+        std::vector<AttentionMap> maps = attention_maps(model, e.source, output);
         print_attention(maps, true);
         print_positions(model, true);
         trace_shapes(model, e);
