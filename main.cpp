@@ -1248,6 +1248,7 @@ struct History {
     // With --report: the size of each block's gradient at every step (gradient_norms[step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
     std::vector<std::vector<double>> gradient_norms;
+    std::vector<std::pair<std::size_t, const Param*>> tensors;  // each parameter and its block, found once
 };
 
 // The block a parameter belongs to: its name up to the block's number ("encoder.0.ffn.W_1" ->
@@ -1260,17 +1261,15 @@ inline std::string block_of(const std::string& name) {
 // After a backward pass, the size of each block's gradient: the square root of the sum of the squares
 // of every entry of its tensors' grads. Vanishing or exploding gradients show here first.
 inline void record_gradient_norms(Transformer& model, History& h) {
-    std::vector<std::string> blocks;
-    std::vector<double> norms;
-    for (auto& [name, p] : model.parameters()) {  // a block's tensors come one after another
-        if (blocks.empty() || blocks.back() != block_of(name)) {
-            blocks.push_back(block_of(name));
-            norms.push_back(0.0);
+    if (h.tensors.empty())  // the first step: which block each parameter belongs to (they come in order)
+        for (auto& [name, p] : model.parameters()) {
+            if (h.blocks.empty() || h.blocks.back() != block_of(name)) h.blocks.push_back(block_of(name));
+            h.tensors.push_back({h.blocks.size() - 1, p});
         }
-        for (double g : p->grad.data) norms.back() += g * g;
-    }
+    std::vector<double> norms(h.blocks.size(), 0.0);
+    for (auto [block, p] : h.tensors)
+        for (double g : p->grad.data) norms[block] += g * g;
     for (double& n : norms) n = std::sqrt(n);
-    h.blocks = blocks;
     h.gradient_norms.push_back(norms);
 }
 

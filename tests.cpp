@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
