@@ -1197,21 +1197,28 @@ struct SvgHeatmap {
 
 // Every attention map: a heading for each layer, then its heads side by side (in even lines of at
 // most 5, so that the picture stays about 1,100 pixels wide), one colour bar for all. A decoder row is
-// labelled by the token it predicts.
+// labelled by the token it predicts. At most 48 maps are drawn (the large variant of make check-report
+// has 48), the first heads of every layer, so that no size the flags allow makes a picture too big to
+// open; the subtitle says when heads are left out.
+constexpr int MOST_MAPS = 48;
 inline std::string attention_svg(const std::vector<AttentionMap>& maps, int n_heads, const std::string& caption) {
     const Matrix& first = maps.front().P;
-    SvgHeatmap hm(first.rows, first.cols, std::clamp(1000.0 / n_heads - 74, 120.0, 320.0));
+    int layers = int(maps.size()) / n_heads, heads = std::clamp(MOST_MAPS / layers, 1, n_heads);  // heads drawn
+    SvgHeatmap hm(first.rows, first.cols, std::clamp(1000.0 / heads - 74, 120.0, 320.0));
     double gap = 40, panel_w = std::max(hm.width(first) + gap, 120.0), panel_h = hm.height(first) + gap, heading = 26;
-    int lines = (n_heads + 4) / 5, per_line = (n_heads + lines - 1) / lines;  // 8 heads: 2 lines of 4
-    int layers = int(maps.size()) / n_heads;
+    int lines = (heads + 4) / 5, per_line = (heads + lines - 1) / lines;  // 8 heads: 2 lines of 4
     double layer_h = heading + lines * panel_h;
+    std::string left_out = heads < n_heads ? fmt("; heads %d to %d of each layer are left out here (--show-attention "
+                                                 "prints them all)", heads, n_heads - 1) : "";
     std::string body = svg_text(20, 24, caption, 15, "start") +
                        svg_text(20, 44, "rows: queries (a decoder row is labelled by the token it predicts), columns: "
-                                        "keys; darker blue = more weight; S = START, _ = PAD", 12, "start", "#555");
+                                        "keys; darker blue = more weight; S = START, _ = PAD" + left_out, 12, "start",
+                                "#555");
     for (std::size_t i = 0; i < maps.size(); i++) {
         const AttentionMap& m = maps[i];
         double top = 64 + (int(i) / n_heads) * layer_h;
         if (m.head == 0) body += svg_text(20, top + 16, m.layer, 14, "start");
+        if (m.head >= heads) continue;
         body += hm.draw(20 + (m.head % per_line) * panel_w, top + heading + (m.head / per_line) * panel_h,
                         "head " + std::to_string(m.head), m.P, m.predicts, m.keys, 1.0, false, true);
     }
@@ -1435,13 +1442,14 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
     for (const AttentionLayer& l : attention_layers(model))
         if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
     std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), heads;
+    int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
     for (const AttentionLayer& l : cross)
-        for (int h = 0; h < c.n_heads; h++) heads.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
+        for (int h = 0; h < shown; h++) heads.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
     std::string html;
     for (int t = 0; t < int(output.size()); t++) {
         Matrix rows(int(heads.size()), int(source.size()));  // (layers x heads, S): row t of each head's P
         for (std::size_t l = 0, r = 0; l < cross.size(); l++)
-            for (int h = 0; h < c.n_heads; h++, r++)
+            for (int h = 0; h < shown; h++, r++)
                 for (int s = 0; s < rows.cols; s++) rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
         std::vector<int> order(c.vocab);
         std::iota(order.begin(), order.end(), 0);
@@ -1456,8 +1464,9 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
             top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %.4f</td></tr>",
                         svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]), probs.at(t, order[k]));
         html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
-                    "<div>cross-attention over the source, one row a head:<br/>", t + 1,
-                    svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str()) +
+                    "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
+                    svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),
+                    shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads).c_str() : "") +
                 svg_document(hm.width(rows) + 20, hm.height(rows) + 10,
                              hm.draw(0, 0, "", rows, heads, src, 1.0, false, true)) +
                 "</div><div>the three likeliest next tokens:<table class=\"top\"><tr><th>token</th><th>probability</th></tr>" +

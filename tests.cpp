@@ -1961,6 +1961,27 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     CHECK_THROWS_AS(write_svg(dir.file("missing"), "x.svg", "<svg></svg>"), UsageError);
 }
 
+// However many heads and layers the flags allow, attention.svg draws at most MOST_MAPS maps, the first
+// heads of each layer, and says what it left out; the picture stays about 1,100 pixels wide.
+TEST_CASE("attention.svg: at most 48 maps, the first heads of each layer, and a note") {
+    std::vector<AttentionMap> maps;
+    for (int layer = 0; layer < 24; layer++)
+        for (int h = 0; h < 64; h++)
+            maps.push_back({"layer " + std::to_string(layer), h, Matrix(2, 2, 0.5), {"1", "2"}, {"1", "2"}, {"1", "2"}});
+    std::string svg = attention_svg(maps, 64, "many heads");
+    std::size_t drawn = 0;
+    for (std::size_t at = svg.find(">head "); at != std::string::npos; at = svg.find(">head ", at + 1)) drawn++;
+    CHECK(drawn == 48u);  // 2 heads of each of the 24 layers
+    CHECK(contains(svg, ">head 1<"));
+    CHECK(!contains(svg, ">head 2<"));
+    CHECK(contains(svg, "heads 2 to 63 of each layer are left out here"));
+    double width = std::stod(svg.substr(svg.find("width=\"") + 7));
+    CHECK(width <= 1200);
+    std::vector<AttentionMap> few(maps.begin(), maps.begin() + 64 * 6);  // 6 layers of 64: 8 heads each
+    CHECK(contains(attention_svg(few, 64, "six layers"), ">head 7<"));
+    CHECK(!contains(attention_svg(few, 64, "six layers"), ">head 8<"));
+}
+
 // Steps on the axes of the charts: round numbers, about 5 of them, within the steps shown.
 TEST_CASE("charts: step ticks are round numbers inside the range") {
     CHECK(step_ticks(1, 5000) == std::vector<long>{1000, 2000, 3000, 4000, 5000});
