@@ -144,6 +144,12 @@ struct Embedding {
     }
 };
 
+inline uint64_t hash_of(const std::vector<int>& tokens) {  // FNV-1a: a seed that only these tokens give
+    uint64_t h = 14695981039346656037ull;
+    for (int t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
+    return h;
+}
+
 // Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with Positions::random
 // (Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
 // training at short lengths visits every row, so a longer input at test time meets no unseen row.
@@ -516,7 +522,11 @@ struct Transformer {
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
-    Rng position_draws{1};           // Positions::random's draws, one list of rows per source
+    // Positions::random draws each source's rows anew in training (train_step sets `training`, as
+    // PyTorch's model.train() does). Otherwise a source's rows are drawn from the source itself, so one
+    // input always reads the same rows and an evaluation never moves the training draws.
+    Rng position_draws{1};
+    bool training = false;
 
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
@@ -534,8 +544,10 @@ struct Transformer {
         sources = srcs;
         int S = int(srcs[0].size());
         source_rows.clear();
-        for (std::size_t e = 0; e < srcs.size(); e++)
-            source_rows.push_back(position_rows(S, config.max_len, config.positions, position_draws));
+        for (const std::vector<int>& src : srcs) {
+            Rng own(hash_of(src));
+            source_rows.push_back(position_rows(S, config.max_len, config.positions, training ? position_draws : own));
+        }
         Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
         Matrix x = embed.forward(joined(srcs), joined(source_rows));
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));

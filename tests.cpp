@@ -789,12 +789,14 @@ void check_model(const std::string& name, const ModelConfig& c) {
     const Rng draws = model.position_draws;
     auto loss = [&] {
         model.position_draws = draws;
+        model.training = true;  // as in train_step, whose gradient this checks
         double L = 0.0;
         for (const Example& e : batch) {
             Matrix logits = model.forward({e.source}, {e.target_in});
             Matrix unused(logits.rows, logits.cols);
             L += cross_entropy(logits, e.target, 1.0, unused) / double(batch.size());
         }
+        model.training = false;
         return L;
     };
     check_gradients(name, tensors_of(model.parameters()), loss, [&] {
@@ -821,6 +823,34 @@ TEST_CASE("gradient: whole model, Positions::random") {
     c.positions = Positions::random;
     c.max_len = 12;  // each source of 4 reads 4 rows drawn from 12
     check_model("model (random positions)", c);
+}
+// Outside training, random positions come from the source itself: one input reads the same rows alone
+// or in a batch, an evaluation scores the same every time, and it never moves the training draws.
+TEST_CASE("Positions::random: training draws anew, evaluation reads each input's own rows") {
+    DataConfig d = tiny_data();
+    ModelConfig c = tiny_model(d);
+    c.positions = Positions::random;
+    c.max_len = 16;
+    Transformer model(c, 3);
+    const std::vector<int> a = {5, 2, 4, 2}, b = {3, 1, PAD, PAD};
+    const uint64_t before = model.position_draws.state;
+    model.encode({a});
+    std::vector<int> alone = model.source_rows[0];
+    model.encode({b, a});
+    CHECK(model.source_rows[1] == alone);
+    CHECK(model.position_draws.state == before);
+    Dataset data(d, {}, 20, 5);
+    Accuracy first = evaluate(model, data.held_out), again = evaluate(model, data.held_out);
+    CHECK(first.exact_count == again.exact_count);
+    CHECK(first.token == again.token);
+    CHECK(model.position_draws.state == before);
+    model.training = true;  // as train_step sets it: two encodes of one input draw two lists of rows
+    model.encode({a});
+    std::vector<int> first_draw = model.source_rows[0];
+    model.encode({a});
+    model.training = false;
+    CHECK(model.position_draws.state != before);
+    CHECK(first_draw != model.source_rows[0]);  // 4 of 16 rows twice: the same list 1 time in 1,820
 }
 TEST_CASE("gradient: whole model, Positions::none") {
     ModelConfig c = tiny_model(tiny_data());

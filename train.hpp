@@ -226,7 +226,9 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
         sources.push_back(e.source);
         targets_in.push_back(e.target_in);
     }
+    model.training = true;  // random positions: fresh draws (model.hpp, Transformer)
     Matrix logits = model.forward(sources, targets_in);  // (batch T, V)
+    model.training = false;
     Matrix d_logits(logits.rows, logits.cols);
     double loss = 0.0, weight = 1.0 / double(batch.size());
     int T = logits.rows / int(batch.size());
