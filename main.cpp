@@ -272,7 +272,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &T::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
                               MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
-             [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); }, [](const O& o) { return fmt("--lr %g", o.train.lr); }},
+             [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
+             [](const O& o) { return fmt("--lr %g", o.train.lr); }},
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
                         &T::optimizer),
             choice_flag("--schedule", "the learning rate over the steps: constant; linear decay to 0; warmup: up "
@@ -657,7 +658,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     TrainConfig& t = saved.train;
     Optimizer& o = saved.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
     std::string lr = r.value_of("lr");
-    if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR) r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
+    if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR)
+        r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
     t.optimizer = o.kind;
     t.schedule = Schedule(r.choice("schedule", SCHEDULE_NAMES));
     t.warmup = r.whole("warmup", 1, MAX_STEPS);
@@ -666,7 +668,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     std::string draws = r.value_of("draws");
     errno = 0;
     saved.draws.state = number_syntax(draws, true) ? std::strtoull(draws.c_str(), nullptr, 10) : 0;
-    if (!number_syntax(draws, true) || errno == ERANGE) r.error("draws " + draws + ": expected a whole number below 2^64");
+    if (!number_syntax(draws, true) || errno == ERANGE)
+        r.error("draws " + draws + ": expected a whole number below 2^64");
     if (o.t == 0 || o.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
         o.m.emplace_back(p->value.rows, p->value.cols);
@@ -675,7 +678,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
             if (which[0] == 's' && o.kind != OptimizerKind::adam) continue;
             std::string w = r.expect(std::string(which) + " of '" + name + "'");
             std::string got = r.expect("a tensor name");
-            if (w != which || got != name) r.error("expected '" + std::string(which) + " " + name + "', found '" + w + " " + got + "'");
+            if (w != which || got != name)
+                r.error("expected '" + std::string(which) + " " + name + "', found '" + w + " " + got + "'");
             read_values(r, std::string(which) + " of '" + name + "'", which[0] == 'm' ? o.m.back() : o.s.back());
         }
     }
@@ -1055,7 +1059,8 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
     long steps = 0;
     for (std::size_t first = 0; first < held_out.size(); first += 100) {
         Transformer::Batch sources;
-        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++) sources.push_back(held_out[i].source);
+        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++)
+            sources.push_back(held_out[i].source);
         greedy_decode(model, sources, int(held_out[first].target.size()), [&](int, const std::vector<int>& chosen) {
             for (std::size_t e = 0; e < chosen.size(); e++) {
                 if (chosen[e] == PAD || chosen[e] == start_token(model.config.vocab)) continue;
@@ -1116,8 +1121,10 @@ inline std::string svg_escape(const std::string& s) {  // text as SVG shows it: 
         out += ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&quot;" : std::string{ch};
     return out;
 }
-inline std::string svg_rect(double x, double y, double w, double h, const std::string& fill, const std::string& tip = "") {
-    std::string rect = fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"", x, y, w, h, fill.c_str());
+inline std::string svg_rect(double x, double y, double w, double h, const std::string& fill,
+                            const std::string& tip = "") {
+    std::string rect =
+        fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"", x, y, w, h, fill.c_str());
     return tip.empty() ? rect + "/>\n" : rect + "><title>" + svg_escape(tip) + "</title></rect>\n";  // tip: on hover
 }
 inline std::string svg_text(double x, double y, const std::string& text, double size = 12,
@@ -1181,7 +1188,8 @@ struct SvgHeatmap {
         std::string s = svg_text(x, y + 14, name, 13, "start");
         double top = y + title + label, left = x + row_label, font = std::min(11.0, cell * every() - 2);
         for (int c = 0; c < m.cols; c += every()) s += svg_text(left + (c + 0.5) * cell, top - 8, cols[c], font);
-        for (int r = 0; r < m.rows; r += every()) s += svg_text(left - 6, top + (r + 0.5) * cell + 4, rows[r], font, "end");
+        for (int r = 0; r < m.rows; r += every())
+            s += svg_text(left - 6, top + (r + 0.5) * cell + 4, rows[r], font, "end");
         for (int r = 0; r < m.rows; r++)
             for (int c = 0; c < m.cols; c++) {
                 double t = m.at(r, c) / bound;
@@ -1284,7 +1292,8 @@ inline void record_gradient_norms(Transformer& model, History& h) {
 // about 5 of them.
 inline std::vector<long> step_ticks(long first, long last) {
     long unit = 1;  // 1, 2, 5, 10, 20, 50, ... until at most 5 units fit between first and last
-    for (int k = 1; (last - first) / unit > 5; k++) unit = long(std::pow(10, k / 3)) * (k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 5);
+    for (int k = 1; (last - first) / unit > 5; k++)
+        unit = long(std::pow(10, k / 3)) * (k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 5);
     std::vector<long> ticks;
     for (long t = (first + unit - 1) / unit * unit; t <= last; t += unit) ticks.push_back(t);
     return ticks;
@@ -1334,19 +1343,22 @@ struct Chart {
 };
 
 // A long series as at most `points` (step, log10 value) pairs: each the mean over its stretch of steps.
-inline std::vector<std::pair<double, double>> log_points(const std::vector<double>& values, long first_step, int points) {
+inline std::vector<std::pair<double, double>> log_points(const std::vector<double>& values, long first_step,
+                                                        int points) {
     std::vector<double> ys = log_loss_points(values, points);
     std::vector<std::pair<double, double>> out;
-    for (int i = 0; i < points; i++)  // the middle step of stretch i
-        out.push_back({double(values.size() * i / points + values.size() * (i + 1) / points - 1) / 2.0 + double(first_step),
-                       ys[i]});
+    for (int i = 0; i < points; i++) {  // at the middle step of stretch i
+        std::size_t from = values.size() * i / points, to = values.size() * (i + 1) / points;
+        out.push_back({double(from + to - 1) / 2.0 + double(first_step), ys[i]});
+    }
     return out;
 }
 // The decades a log chart needs to hold every finite value of these series.
 inline void decades_of(const std::vector<std::pair<double, double>>& points, double& lo, double& hi, bool& any) {
     for (auto [step, v] : points)
         if (std::isfinite(v)) {
-            lo = any ? std::min(lo, std::floor(v)) : std::floor(v), hi = any ? std::max(hi, std::ceil(v)) : std::ceil(v);
+            lo = any ? std::min(lo, std::floor(v)) : std::floor(v);
+            hi = any ? std::max(hi, std::ceil(v)) : std::ceil(v);
             any = true;
         }
 }
@@ -1354,8 +1366,8 @@ inline void decades_of(const std::vector<std::pair<double, double>>& points, dou
 // Two charts side by side: the training and held-out loss (log scale), and the held-out accuracy.
 inline std::string training_svg(const History& h) {
     long last = h.first_step + long(h.losses.size()) - 1;
-    std::vector<std::pair<double, double>> train = log_points(h.losses, h.first_step, std::min<int>(400, int(h.losses.size()))),
-                                           held_out, exact, token;
+    std::vector<std::pair<double, double>> held_out, exact, token,
+        train = log_points(h.losses, h.first_step, std::min<int>(400, int(h.losses.size())));
     for (const EvalPoint& e : h.evals) {
         held_out.push_back({double(e.step), std::log10(std::max(e.held_out_loss, 1e-12))});
         exact.push_back({double(e.step), e.exact});
@@ -1366,7 +1378,8 @@ inline std::string training_svg(const History& h) {
     decades_of(train, lo, hi, any);
     decades_of(held_out, lo, hi, any);
     if (hi <= lo) hi = lo + 1;
-    Chart loss{80, 60, 400, 240, h.first_step, last, lo, hi, true}, acc{600, 60, 400, 240, h.first_step, last, 0, 1, false};
+    Chart loss{80, 60, 400, 240, h.first_step, last, lo, hi, true};
+    Chart acc{600, 60, 400, 240, h.first_step, last, 0, 1, false};
     std::string body = svg_text(20, 24, "Training: the loss (left, log scale) and the held-out accuracy (right)", 15,
                                 "start");
     if (!any) body += svg_text(loss.left + loss.w / 2, loss.top + loss.h / 2, "loss not finite (diverged)", 12);
@@ -1443,6 +1456,7 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
     std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), heads;
     int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
+    std::string which = shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads) : "";
     for (const AttentionLayer& l : cross)
         for (int h = 0; h < shown; h++) heads.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
     std::string html;
@@ -1462,14 +1476,16 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         std::string top3;
         for (int k = 0; k < 3; k++)
             top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %.4f</td></tr>",
-                        svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]), probs.at(t, order[k]));
+                        svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]),
+                        probs.at(t, order[k]));
         html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
                     "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
                     svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),
-                    shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads).c_str() : "") +
+                    which.c_str()) +
                 svg_document(hm.width(rows) + 20, hm.height(rows) + 10,
                              hm.draw(0, 0, "", rows, heads, src, 1.0, false, true)) +
-                "</div><div>the three likeliest next tokens:<table class=\"top\"><tr><th>token</th><th>probability</th></tr>" +
+                "</div><div>the three likeliest next tokens:<table class=\"top\">"
+                "<tr><th>token</th><th>probability</th></tr>" +
                 top3 + "</table></div></div></div>\n";
     }
     return html;
@@ -1485,12 +1501,14 @@ inline std::string report_html(Transformer& model, const History& h, const std::
     std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
     std::string page = "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
                        "<meta charset=\"utf-8\"/>\n<title>sorter: a report of one run</title>\n<style>/*<![CDATA[*/\n"
-                       "body { font-family: sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; color: #222; }\n"
+                       "body { font-family: sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; "
+                       "color: #222; }\n"
                        "pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }\n"
                        "section { margin-bottom: 2.5em; } svg { max-width: 100%; height: auto; }\n"
                        ".row { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }\n"
                        ".bar { display: inline-block; height: 0.8em; background: rgb(8,48,107); }\n"
-                       "table.top td { padding: 0.1em 0.6em; } table.mistakes td { padding: 0.1em 1em; font-family: monospace; }\n"
+                       "table.top td { padding: 0.1em 0.6em; }\n"
+                       "table.mistakes td { padding: 0.1em 1em; font-family: monospace; }\n"
                        "nav a { margin-right: 1em; } .controls button { margin-right: 0.5em; }\n"
                        "/*]]>*/</style>\n</head>\n<body>\n<h1>sorter: a report of one run</h1>\n"
                        "<nav><a href=\"#run\">the run</a><a href=\"#curves\">loss and accuracy</a>"
@@ -1530,7 +1548,8 @@ inline std::string report_html(Transformer& model, const History& h, const std::
     long wrong_count = 0;
     for (std::size_t first = 0; first < held_out.size(); first += 100) {
         std::vector<std::vector<int>> sources;
-        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++) sources.push_back(held_out[i].source);
+        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++)
+            sources.push_back(held_out[i].source);
         std::vector<std::vector<int>> guesses = greedy_decode(model, sources, int(held_out[first].target.size()));
         for (std::size_t k = 0; k < guesses.size(); k++) {
             const Example& e = held_out[first + k];
@@ -1544,17 +1563,19 @@ inline std::string report_html(Transformer& model, const History& h, const std::
     page += fmt("<p>%ld of the %zu held-out sequences are wrong%s.</p>\n", wrong_count, held_out.size(),
                 wrong_count > 20 ? "; the first 20" : "");
     if (!wrong.empty())
-        page += "<table class=\"mistakes\"><tr><th>input</th><th>prediction</th><th>truth</th></tr>\n" + join(wrong, "") +
-                "</table>\n";
+        page += "<table class=\"mistakes\"><tr><th>input</th><th>prediction</th><th>truth</th></tr>\n" +
+                join(wrong, "") + "</table>\n";
     page += "</section>\n<script>//<![CDATA[\n"
             "(function () {  // the replay: one step at a time, or all of them\n"
             "  var steps = document.querySelectorAll('#replay .step'), at = 0, all = false;\n"
             "  function show() {\n"
             "    for (var i = 0; i != steps.length; i++) steps[i].style.display = (all || i === at) ? '' : 'none';\n"
-            "    document.getElementById('shown').textContent = all ? 'all steps' : 'step ' + (at + 1) + ' of ' + steps.length;\n"
+            "    document.getElementById('shown').textContent =\n"
+            "      all ? 'all steps' : 'step ' + (at + 1) + ' of ' + steps.length;\n"
             "  }\n"
-            "  document.getElementById('previous').onclick = function () { all = false; at = Math.max(0, at - 1); show(); };\n"
-            "  document.getElementById('next').onclick = function () { all = false; at = Math.min(steps.length - 1, at + 1); show(); };\n"
+            "  function go(to) { all = false; at = Math.max(0, Math.min(steps.length - 1, to)); show(); }\n"
+            "  document.getElementById('previous').onclick = function () { go(at - 1); };\n"
+            "  document.getElementById('next').onclick = function () { go(at + 1); };\n"
             "  document.getElementById('all').onclick = function () { all = true; show(); };\n"
             "  show();\n"
             "  document.body.setAttribute('data-ready', 'yes');  // make check-report looks for this\n"
@@ -1934,7 +1955,8 @@ inline int run(const Options& options) {
         save_checkpoint(o.save_path, model, saved);
         std::printf("saved %s\n", o.save_path.c_str());
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history);
+    if (!o.svg_dir.empty())
+        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history);
     if (!o.report_path.empty()) {  // on the first watched input, or the --sort digits
         Dataset data(o.data, pool);
         std::vector<Example> watched = watched_examples(data);
@@ -1980,7 +2002,8 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
 void run_speed(const Options& o) {  // --speed: two lines for make compare
     double rate = examples_per_second(o, 1.0);
     std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
-                size_text(o.model, o.data).c_str(), o.train.batch, 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
+                size_text(o.model, o.data).c_str(), o.train.batch,
+                3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
     Transformer model(o.model, o.seed);
     auto t0 = Clock::now();
@@ -2037,8 +2060,8 @@ void run_bench(const Options& o) {
                 data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
     for (long step = 1; step <= o.train.steps && reached < 2; step++) {
         auto t0 = Clock::now();
-        train_step(model, data.draw_batch(rng, o.train.batch), scheduled_lr(o.train.schedule, o.train.lr, step, o.train.steps, o.train.warmup),
-                   optimizer);
+        double lr = scheduled_lr(o.train.schedule, o.train.lr, step, o.train.steps, o.train.warmup);
+        train_step(model, data.draw_batch(rng, o.train.batch), lr, optimizer);
         train_seconds += seconds_since(t0);
         if (step % 100 != 0) continue;
         auto t1 = Clock::now();

@@ -1395,7 +1395,8 @@ TEST_CASE("optimizers: flags") {
     CHECK((o.model.max_len == 9 && o.data.seq_len == 5));
     CHECK(parse_error({"--seq-len", "6", "--test-len", "3"}, &o).empty());
     CHECK(o.model.max_len == 6);
-    CHECK(contains(parse_error({"--optimizer", "adam", "--dump-step", "x.txt"}), "cannot be combined with --optimizer adam"));
+    CHECK(contains(parse_error({"--optimizer", "adam", "--dump-step", "x.txt"}),
+                   "cannot be combined with --optimizer adam"));
 }
 
 // The table of options is the one source of --help, of parsing and of the --load check: every
@@ -1623,7 +1624,8 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2
     }
     // A version 1 file (no training section) loads the same model, with a fresh optimizer.
     Transformer model(c, 9);
-    std::string v2 = checkpoint_text(model, Saved(d)), v1 = replace_once(v2, "sorter-checkpoint 2", "sorter-checkpoint 1");
+    std::string v2 = checkpoint_text(model, Saved(d));
+    std::string v1 = replace_once(v2, "sorter-checkpoint 2", "sorter-checkpoint 1");
     v1 = v1.substr(0, v1.find("training\n")) + "end\n";
     CHECK(load_error(v1) == "");
     std::istringstream in(v1);
@@ -1675,12 +1677,14 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"wrong tensor count", replace_once(good, "tensors ", "tensors 1"), {"tensors"}},
         {"unknown tensor", replace_once(good, "tensor out.b ", "tensor out.bias "), {"unknown tensor 'out.bias'"}},
         {"missing tensor", missing, {"tensor 'encoder.0.norm1.beta' is missing"}},
-        {"extra tensor", replace_once(good, "training\n", "tensor out.c 1 1\n0\ntraining\n"), {"unknown tensor 'out.c'"}},
+        {"extra tensor", replace_once(good, "training\n", "tensor out.c 1 1\n0\ntraining\n"),
+         {"unknown tensor 'out.c'"}},
         {"no training section", replace_once(good, "training\n", "trained\n"), {"expected 'training'", "'trained'"}},
         {"bad optimizer", replace_once(good, "optimizer sgd", "optimizer rmsprop"), {"rmsprop", "sgd, momentum, adam"}},
         {"lr 0", replace_once(good, "lr 0.20000000000000001", "lr 0"), {"lr 0", "above 0"}},
         {"bad batch", replace_once(good, "batch 5", "batch 0"), {"batch 0", "from 1 to 1024"}},
-        {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "), {"draws 99999999999999999999999"}},
+        {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "),
+         {"draws 99999999999999999999999"}},
         {"negative updates", replace_once(good, "updates 20", "updates -3"), {"updates -3"}},
         {"wrong shape", replace_once(good, "tensor out.b 1 8", "tensor out.b 1 9"),
          {"tensor 'out.b' has shape (1, 9)", "needs (1, 8)"}},
@@ -1714,7 +1718,8 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
     const std::string momentum = checkpoint_text(model, with_momentum);
     REQUIRE(load_error(momentum) == "");
     CHECK(contains(load_error(momentum.substr(0, momentum.size() - 40)), "truncated"));
-    CHECK(contains(load_error(replace_once(momentum, "m embed.table", "m out.b")), "expected 'm embed.table', found 'm out.b'"));
+    CHECK(contains(load_error(replace_once(momentum, "m embed.table", "m out.b")),
+                   "expected 'm embed.table', found 'm out.b'"));
     CHECK(contains(load_error(replace_once(momentum, "m out.b\n", "m out.b\nx")), "m of 'out.b' value 0: 'x"));
     // The line number points at the problem.
     CHECK(contains(load_error(replace_once(good, "d_model 8", "d_model 0")), "line 4:"));
@@ -1997,7 +2002,8 @@ TEST_CASE("attention.svg: at most 48 maps, the first heads of each layer, and a 
     std::vector<AttentionMap> maps;
     for (int layer = 0; layer < 24; layer++)
         for (int h = 0; h < 64; h++)
-            maps.push_back({"layer " + std::to_string(layer), h, Matrix(2, 2, 0.5), {"1", "2"}, {"1", "2"}, {"1", "2"}});
+            maps.push_back({"layer " + std::to_string(layer), h, Matrix(2, 2, 0.5), {"1", "2"}, {"1", "2"},
+                            {"1", "2"}});
     std::string svg = attention_svg(maps, 64, "many heads");
     std::size_t drawn = 0;
     for (std::size_t at = svg.find(">head "); at != std::string::npos; at = svg.find(">head ", at + 1)) drawn++;
@@ -2052,7 +2058,8 @@ inline std::string markup_problem(const std::string& page) {
         if (page[i] == '&') {
             std::size_t end = page.find(';', i);
             std::string entity = page.substr(i, end == std::string::npos ? 8 : end - i + 1);
-            if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;") return "bad entity " + entity;
+            if (entity != "&amp;" && entity != "&lt;" && entity != "&gt;" && entity != "&quot;")
+                return "bad entity " + entity;
         }
         if (page[i] != '<') continue;
         for (const char* skip : {"<![CDATA[", "<!--", "<!DOCTYPE"}) {
@@ -2065,7 +2072,8 @@ inline std::string markup_problem(const std::string& page) {
         std::string tag = page.substr(i + 1, end - i - 1);
         std::string name = tag.substr(tag[0] == '/', tag.find_first_of(" />", 1) - (tag[0] == '/'));
         if (tag[0] == '/') {
-            if (open.empty() || open.back() != name) return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
+            if (open.empty() || open.back() != name)
+                return "</" + name + "> closes <" + (open.empty() ? "" : open.back()) + ">";
             open.pop_back();
         } else if (tag.back() != '/') {
             open.push_back(name);
@@ -2098,7 +2106,8 @@ TEST_CASE("--report: one self-contained page of the run, and of a loaded model")
             CHECK(contains(page, "<section id=\"" + std::string(id) + "\">"));
         CHECK(contains(page, "step 1: the decoder has read S and writes"));
         CHECK(contains(page, "of the 1000 held-out sequences are wrong"));
-        for (const char* fetch : {"src=", "href=\"http", "url(", "@import"}) CHECK(!contains(page, fetch));  // all inline
+        for (const char* fetch : {"src=", "href=\"http", "url(", "@import"})
+            CHECK(!contains(page, fetch));  // everything inline, nothing fetched
         CHECK(!contains(page, "nan"));
     }
     CHECK(contains(read_all(dir.file("run.html")), "<section id=\"gradients\">"));
