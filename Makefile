@@ -1,7 +1,7 @@
 # sorter -- build, test, benchmark.
 #   make             build ./sorter
 #   make test        build and run the gradient checks and behaviour tests (doctest)
-#   make gradcheck   only the gradient checks, with their table (about 8 s after editing a backward)
+#   make gradcheck   only the gradient checks, with their table (about 9 s after editing a backward)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make course      run every command of docs/course.md again; fail if an output drifted from the page
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
