@@ -834,12 +834,14 @@ struct AttentionLayer {
 };
 inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     std::vector<AttentionLayer> layers;
-    for (std::size_t i = 0; i < model.encoder.size(); i++)
-        layers.push_back({"encoder." + std::to_string(i) + " self-attention", &model.encoder[i].self_attn, false, false});
+    for (std::size_t i = 0; i < model.encoder.size(); i++) {
+        std::string block = "encoder." + std::to_string(i);
+        layers.push_back({block + " self-attention", &model.encoder[i].self_attn, false, false});
+    }
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
-        layers.push_back({"decoder." + std::to_string(i) + " causal self-attention", &model.decoder[i].self_attn, true,
-                          true});
-        layers.push_back({"decoder." + std::to_string(i) + " cross-attention", &model.decoder[i].cross_attn, true, false});
+        std::string block = "decoder." + std::to_string(i);
+        layers.push_back({block + " causal self-attention", &model.decoder[i].self_attn, true, true});
+        layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
     }
     return layers;
 }
@@ -1681,7 +1683,8 @@ inline void demo_gradcheck() {
     double& w = p.value.at(3, 5);
     const double analytic = p.grad.at(3, 5), saved = w;
     std::printf("--- how big a step h for the central difference? ---\n"
-                "weight decoder.0.self_attn.W_q[3][5] of the default model with GELU (seed 1); L = the mean loss of 8 examples\n"
+                "weight decoder.0.self_attn.W_q[3][5] of the default model with GELU (seed 1); "
+                "L = the mean loss of 8 examples\n"
                 "backward: dL/dw = %.15f\n\n%8s  %24s  %9s  %s\n", analytic, "h", "(L(w+h) - L(w-h)) / 2h", "|error|",
                 "log10 |error|, one # per half decade");
     for (int k = 1; k <= 13; k++) {
