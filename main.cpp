@@ -55,7 +55,8 @@ struct UsageError { std::string message; };
 [[noreturn]] inline void fail(const std::string& message) { throw UsageError{message}; }
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
-// largest model they allow has about 15 million parameters (about 250 MB with the gradients).
+// largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
+// two running means add as much again).
 constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
 constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
@@ -276,7 +277,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](const O& o) { return fmt("--lr %g", o.train.lr); }},
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
                         &T::optimizer),
-            choice_flag("--schedule", "the learning rate over the steps: constant; linear decay to 0; warmup: up "
+            choice_flag("--schedule", "the learning rate over the steps: constant; linear decay towards 0; warmup: up "
                         "for --warmup steps, then down as 1/sqrt(step)", SCHEDULE_NAMES, true, &T::schedule),
             whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &T::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
@@ -395,6 +396,9 @@ inline Options parse_options(int argc, char** argv) {
                  m.d_model));
     if (!was_given("--lr"))
         o.train.lr = DEFAULT_LR[int(o.train.optimizer)];
+    if (!o.dump_step_path.empty() && m.positions == Positions::random)
+        fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
+             "combined with --pos random");
     if (!o.dump_step_path.empty() && o.train.optimizer != OptimizerKind::sgd)
         fail("--dump-step records an SGD step for make reference; it cannot be combined with --optimizer " +
              OPTIMIZER_NAMES[int(o.train.optimizer)]);
@@ -507,7 +511,7 @@ struct Saved {  // what a checkpoint keeps besides the model
     DataConfig data;
     TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
     Optimizer optimizer;  // that count and, for momentum and Adam, the running means of every tensor
-    Rng draws;            // the training draws, where they stopped
+    Rng draws;            // the training draws, where they stopped (random positions' draws: in the model)
     explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
         : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
 };
@@ -533,9 +537,10 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
         write_matrix(f, p->value);
     }
     const Optimizer& o = saved.optimizer;
-    std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n",
-                 OPTIMIZER_NAMES[int(o.kind)].c_str(), t.lr, SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup,
-                 t.batch, o.t, (unsigned long long)saved.draws.state);
+    std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n"
+                 "position_draws %llu\n", OPTIMIZER_NAMES[int(o.kind)].c_str(), t.lr,
+                 SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, o.t, (unsigned long long)saved.draws.state,
+                 (unsigned long long)model.position_draws.state);
     for (std::size_t k = 0; k < o.m.size() && o.kind != OptimizerKind::sgd; k++) {  // none before the first update
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, o.m[k]);
@@ -665,15 +670,17 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     t.warmup = r.whole("warmup", 1, MAX_STEPS);
     t.batch = int(r.whole("batch", 1, MAX_BATCH));
     o.t = r.whole("updates", 0, MAX_STEPS * 1000);
-    std::string draws = r.value_of("draws");
-    errno = 0;
-    saved.draws.state = number_syntax(draws, true) ? std::strtoull(draws.c_str(), nullptr, 10) : 0;
-    if (!number_syntax(draws, true) || errno == ERANGE)
-        r.error("draws " + draws + ": expected a whole number below 2^64");
+    for (auto [key, state] : {std::pair{"draws", &saved.draws.state}, {"position_draws", &model.position_draws.state}}) {
+        std::string value = r.value_of(key);  // a generator's state: a whole number below 2^64
+        errno = 0;
+        *state = number_syntax(value, true) ? std::strtoull(value.c_str(), nullptr, 10) : 0;
+        if (!number_syntax(value, true) || errno == ERANGE)
+            r.error(key + (" " + value) + ": expected a whole number below 2^64");
+    }
     if (o.t == 0 || o.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
         o.m.emplace_back(p->value.rows, p->value.cols);
-        o.s.emplace_back(p->value.rows, p->value.cols);
+        if (o.kind == OptimizerKind::adam) o.s.emplace_back(p->value.rows, p->value.cols);
         for (const char* which : {"m", "s"}) {
             if (which[0] == 's' && o.kind != OptimizerKind::adam) continue;
             std::string w = r.expect(std::string(which) + " of '" + name + "'");
@@ -1262,10 +1269,10 @@ struct History {
     long first_step = 1;           // above 1 when training went on from a checkpoint
     std::vector<double> losses;    // every step's mini-batch loss, from first_step on
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
-    // With --report: the size of each block's gradient at every step (gradient_norms[step][block]).
+    // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
     std::vector<std::vector<double>> gradient_norms;
-    std::vector<std::pair<std::size_t, const Param*>> tensors;  // each parameter and its block, found once
+    std::vector<std::pair<std::size_t, const Param*>> tensors;  // (block, parameter) for each one, found once
 };
 
 // The block a parameter belongs to: its name up to the block's number ("encoder.0.ffn.W_1" ->
@@ -1302,13 +1309,13 @@ inline std::vector<long> step_ticks(long first, long last) {
 }
 
 // A chart: a plot area w x h pixels at (left, top), steps first..last across, lo..hi up. On a log
-// chart lo and hi are decades (lo = -3 is 0.001) and y() takes log10 of the value; otherwise the
-// values are shares, drawn as percentages. frame() draws the axes, the grid, ticks and labels.
+// chart lo and hi are decades (lo = -3 is 0.001) and y() is given log10 of a value (log_points takes
+// it); otherwise the values are shares, drawn as percentages. frame() draws the axes, grid, ticks, labels.
 struct Chart {
     double left, top, w, h;
     long first, last;
     double lo, hi;
-    bool log;
+    bool log_scale;
     double x(double step) const {
         return left + w * (last > first ? (step - double(first)) / double(last - first) : 0.5);
     }
@@ -1318,7 +1325,7 @@ struct Chart {
     }
     std::string frame(const std::string& title, const std::string& y_label) const {
         std::string s = svg_text(left + w / 2, top - 12, title, 12);
-        if (log)
+        if (log_scale)
             for (double d = lo; d <= hi; d++) s += grid_line(d, fmt("%g", std::pow(10.0, d)));
         else
             for (int p = 0; p <= 100; p += 25) s += grid_line(p / 100.0, fmt("%d%%", p));
@@ -1415,8 +1422,10 @@ inline std::string gradient_svg(const History& h) {
                        chart.frame("|gradient| of each block (mean over each stretch of steps)", "gradient norm");
     for (std::size_t b = 0; b < lines.size(); b++) {
         std::string colour = colours[b % 8];
-        body += chart.series(lines[b], "stroke=\"" + colour + "\" stroke-width=\"1.5\"") +
-                svg_line(670, 70 + 18.0 * b, 690, 70 + 18.0 * b, colour, 3) +
+        std::string dashes = b < 8 ? "" : " stroke-dasharray=\"4,2\"";  // past 8 blocks a colour comes again, dashed
+        body += chart.series(lines[b], "stroke=\"" + colour + "\" stroke-width=\"1.5\"" + dashes) +
+                fmt("<line x1=\"670\" y1=\"%.1f\" x2=\"690\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"%s/>\n",
+                    70 + 18.0 * b, 70 + 18.0 * b, colour.c_str(), dashes.c_str()) +
                 svg_text(696, 74 + 18.0 * b, h.blocks[b], 12, "start");
     }
     return svg_document(820, std::max(400.0, 90 + 18.0 * lines.size()), body);
@@ -1448,7 +1457,8 @@ inline void write_pictures(const std::string& dir, Transformer& model, const std
 // The step-by-step replay of greedy decoding: at step t the decoder has read START and the first t
 // output tokens; each cross-attention head's row t says where in the source it looked, and the
 // softmax of the logits' row t gives the next token's probabilities. One teacher-forced pass over
-// the output gives every step at once, the same bits as the decoding steps (a test checks that).
+// the output gives every step at once, the same bits as the decoding steps (a test checks that). The page
+// numbers the steps from 1: row t is step t + 1.
 inline std::string replay_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output) {
     const ModelConfig& c = model.config;
     std::vector<int> dec_in = shifted_right(output, c.vocab);
@@ -1456,23 +1466,24 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
     std::vector<AttentionLayer> cross;
     for (const AttentionLayer& l : attention_layers(model))
         if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
-    std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), heads;
+    std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), head_labels;
     int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
     std::string which = shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads) : "";
     for (const AttentionLayer& l : cross)
-        for (int h = 0; h < shown; h++) heads.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
+        for (int h = 0; h < shown; h++) head_labels.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
     std::string html;
     for (int t = 0; t < int(output.size()); t++) {
-        Matrix rows(int(heads.size()), int(source.size()));  // (layers x heads, S): row t of each head's P
+        // (dec_layers x shown, S): row t of the P of each head shown, from each cross-attention layer
+        Matrix cross_rows(int(head_labels.size()), int(source.size()));
         for (std::size_t l = 0, r = 0; l < cross.size(); l++)
             for (int h = 0; h < shown; h++, r++)
-                for (int s = 0; s < rows.cols; s++) rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
+                for (int s = 0; s < cross_rows.cols; s++) cross_rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
         std::vector<int> order(c.vocab);
         std::iota(order.begin(), order.end(), 0);
         std::partial_sort(order.begin(), order.begin() + 3, order.end(),
                           [&](int a, int b) { return probs.at(t, a) > probs.at(t, b); });
         std::vector<std::string> so_far(read.begin(), read.begin() + t + 1);
-        SvgHeatmap hm(rows.rows, rows.cols, std::max(320.0, 13.0 * rows.cols), 26);  // a label for every head
+        SvgHeatmap hm(cross_rows.rows, cross_rows.cols, std::max(320.0, 13.0 * cross_rows.cols), 26);  // a label for every head
         hm.row_label = 90;
         hm.title = 0;
         std::string top3;
@@ -1484,8 +1495,8 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
                     "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
                     svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),
                     which.c_str()) +
-                svg_document(hm.width(rows) + 20, hm.height(rows) + 10,
-                             hm.draw(0, 0, "", rows, heads, src, 1.0, false, true)) +
+                svg_document(hm.width(cross_rows) + 20, hm.height(cross_rows) + 10,
+                             hm.draw(0, 0, "", cross_rows, head_labels, src, 1.0, false, true)) +
                 "</div><div>the three likeliest next tokens:<table class=\"top\">"
                 "<tr><th>token</th><th>probability</th></tr>" +
                 top3 + "</table></div></div></div>\n";
@@ -1495,7 +1506,7 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
 
 inline std::string html_escape(const std::string& s) { return svg_escape(s); }  // the same four characters
 
-// The page: the run as `h` recorded it (no curves with --load), the attention and the decoding of
+// The page: the run as `h` recorded it (no curves when nothing was trained), the attention and the decoding of
 // `source`, the position table, and the held-out sequences the model gets wrong.
 inline std::string report_html(Transformer& model, const History& h, const std::vector<int>& source,
                                const std::vector<Example>& held_out) {
@@ -1935,7 +1946,9 @@ inline int run(const Options& options) {
                      "input%s%s; raise --seq-len or --max-digit", o.data.seq_len, o.data.min_len, o.data.max_digit,
                      count_sources(o.data), count_sources(o.data) == 1 ? "" : "s",
                      pool.empty() ? "" : ", and --train-data uses them"));
+        std::string loaded = history.header;  // "loaded FILE ..." when training goes on from a checkpoint
         history = train_and_report(o, data, model, saved);
+        history.header = loaded + history.header;
     } else if (digits.empty() || !o.report_path.empty()) {
         Accuracy a = evaluate(model, Dataset(o.data).held_out);
         history.final_line = fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact,

@@ -122,7 +122,8 @@ struct Embedding {
         if (positions == Positions::none) return nullptr;  // the model sees a bag of tokens
         return &fixed;  // sinusoidal, or random: rows of the same fixed table
     }
-    // tokens: n_seq sequences one after another; token t reads row rows[t] of the position table.
+    // tokens, rows: (n_seq L), n_seq sequences one after another; token t reads row rows[t] of the position
+    // table pos (max_len, d_model). Returns X (n_seq L, d_model).
     Matrix forward(const std::vector<int>& tokens, const std::vector<int>& rows) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
@@ -131,9 +132,9 @@ struct Embedding {
                 X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(rows[t], c) : 0.0);
         return X;
     }
-    // forward: X[t] = table[token_t] * scale + pos[rows_t]
-    // so       table.grad[token_t]  += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
-    //          learned.grad[rows_t] += dX[t]           (only when positions are learned)
+    // forward: X[t] = table[tokens[t]] * scale + pos[rows[t]]
+    // so       table.grad[tokens[t]] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
+    //          learned.grad[rows[t]] += dX[t]           (only when positions are learned)
     // Returns nothing: the input is token ids, which have no gradient.
     void backward(const std::vector<int>& tokens, const std::vector<int>& rows, const Matrix& dX) {
         for (int t = 0; t < dX.rows; t++)
@@ -144,7 +145,7 @@ struct Embedding {
     }
 };
 
-inline uint64_t hash_of(const std::vector<int>& tokens) {  // FNV-1a: a seed that only these tokens give
+inline uint64_t hash_of(const std::vector<int>& tokens) {  // FNV-1a over the token ids: same tokens, same seed
     uint64_t h = 14695981039346656037ull;
     for (int t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
     return h;
@@ -240,7 +241,7 @@ struct MultiHeadAttention {
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
     Matrix K, V;                        // (n_seq S, d_model): the keys and values of the last call
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
-    int silenced = -1;                  // a head whose output is left out (--inspect, never in training)
+    int silenced = -1;                  // a head left out of forward (--inspect); backward assumes none is
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng)

@@ -1397,6 +1397,7 @@ TEST_CASE("optimizers: flags") {
     CHECK(o.model.max_len == 6);
     CHECK(contains(parse_error({"--optimizer", "adam", "--dump-step", "x.txt"}),
                    "cannot be combined with --optimizer adam"));
+    CHECK(contains(parse_error({"--pos", "random", "--dump-step", "x.txt"}), "cannot be combined with --pos random"));
 }
 
 // The table of options is the one source of --help, of parsing and of the --load check: every
@@ -1595,7 +1596,19 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2
     ModelConfig c = tiny_model(d);
     Dataset data(d, {}, 20, 5);
     TempDir dir("resume");
-    for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam}) {
+    struct Run {
+        OptimizerKind kind;
+        bool random;  // random positions: the model's own draws must go on too
+    };
+    for (Run run : {Run{OptimizerKind::sgd, false}, Run{OptimizerKind::momentum, false}, Run{OptimizerKind::adam, false},
+                    Run{OptimizerKind::sgd, true}}) {
+        const OptimizerKind kind = run.kind;
+        const bool random = run.random;
+        ModelConfig c = tiny_model(d);
+        if (random) {
+            c.positions = Positions::random;
+            c.max_len = 12;
+        }
         TrainConfig t;
         t.optimizer = kind;
         t.lr = kind == OptimizerKind::adam ? 0.01 : 0.1;
@@ -1616,9 +1629,10 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2
         CHECK(second_half.train.batch == 3);
         train(loaded, second_half, 12);
         CHECK(second_half.optimizer.t == 24);
+        CHECK(loaded.position_draws.state == straight.position_draws.state);
         auto a = straight.parameters(), b = loaded.parameters();
         for (std::size_t i = 0; i < a.size(); i++) {
-            INFO(OPTIMIZER_NAMES[int(kind)], " ", a[i].first);
+            INFO(OPTIMIZER_NAMES[int(kind)], random ? " random positions " : " ", a[i].first);
             CHECK(a[i].second->value.data == b[i].second->value.data);
         }
     }
@@ -1686,6 +1700,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "),
          {"draws 99999999999999999999999"}},
         {"negative updates", replace_once(good, "updates 20", "updates -3"), {"updates -3"}},
+        {"bad position draws", replace_once(good, "position_draws ", "position_draws x"), {"position_draws x"}},
         {"wrong shape", replace_once(good, "tensor out.b 1 8", "tensor out.b 1 9"),
          {"tensor 'out.b' has shape (1, 9)", "needs (1, 8)"}},
         {"absurd shape", replace_once(good, "tensor embed.table 8 8", "tensor embed.table 99999999999999 8"),

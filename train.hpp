@@ -158,7 +158,7 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 // Optimizers: how one step moves every parameter w, given its gradient g (the batch's mean) and the
 // step's learning rate lr. What one needs between steps, it keeps per parameter, in w's shape.
 //   SGD        w -= lr g
-//   momentum   v = mu v + g,  w -= lr v        (mu 0.9: v sums past gradients, decaying, so a steady
+//   momentum   m = mu m + g,  w -= lr m        (mu 0.9: m sums past gradients, decaying, so a steady
 //                                               direction gathers speed and noise cancels out)
 //   Adam       m = beta1 m + (1 - beta1) g,  s = beta2 s + (1 - beta2) g^2   (running means of g, g^2)
 //              m_hat = m / (1 - beta1^t),    s_hat = s / (1 - beta2^t)       (both start at 0: unbias)
@@ -171,28 +171,33 @@ struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
     OptimizerKind kind = OptimizerKind::sgd;
     long t = 0;                 // updates made so far
-    std::vector<Matrix> m, s;   // one per parameter, its shape: momentum's v is m; Adam uses m and s
+    std::vector<Matrix> m, s;   // one per parameter, in its shape: momentum keeps m, Adam m and s, SGD none
 
     explicit Optimizer(OptimizerKind k = OptimizerKind::sgd) : kind(k) {}
 
     void update(Transformer& model, double lr) {
         ParamList params = model.parameters();
-        for (std::size_t k = m.size(); k < params.size(); k++) {  // the first update: start from zero
-            m.emplace_back(params[k].second->value.rows, params[k].second->value.cols);
-            s.emplace_back(params[k].second->value.rows, params[k].second->value.cols);
-        }
+        if (m.empty() && kind != OptimizerKind::sgd)  // the first update: the running means start at zero
+            for (auto& [name, p] : params) {
+                m.emplace_back(p->value.rows, p->value.cols);
+                if (kind == OptimizerKind::adam) s.emplace_back(p->value.rows, p->value.cols);
+            }
         t++;
         const double unbias1 = 1.0 - std::pow(beta1, double(t)), unbias2 = 1.0 - std::pow(beta2, double(t));
         for (std::size_t k = 0; k < params.size(); k++) {
-            std::vector<double>&w = params[k].second->value.data, &mk = m[k].data, &sk = s[k].data;
+            std::vector<double>& w = params[k].second->value.data;
             const std::vector<double>& g = params[k].second->grad.data;
-            for (std::size_t i = 0; i < w.size(); i++) {
-                if (kind == OptimizerKind::sgd) {
-                    w[i] -= lr * g[i];
-                } else if (kind == OptimizerKind::momentum) {
+            if (kind == OptimizerKind::sgd) {
+                for (std::size_t i = 0; i < w.size(); i++) w[i] -= lr * g[i];
+            } else if (kind == OptimizerKind::momentum) {
+                std::vector<double>& mk = m[k].data;
+                for (std::size_t i = 0; i < w.size(); i++) {
                     mk[i] = mu * mk[i] + g[i];
                     w[i] -= lr * mk[i];
-                } else {
+                }
+            } else {
+                std::vector<double>&mk = m[k].data, &sk = s[k].data;
+                for (std::size_t i = 0; i < w.size(); i++) {
                     mk[i] = beta1 * mk[i] + (1.0 - beta1) * g[i];
                     sk[i] = beta2 * sk[i] + (1.0 - beta2) * g[i] * g[i];
                     w[i] -= lr * (mk[i] / unbias1) / (std::sqrt(sk[i] / unbias2) + eps);
@@ -279,7 +284,7 @@ inline double teacher_forced_loss(Transformer& model, const std::vector<Example>
             sources.push_back(examples[i].source);
             targets_in.push_back(examples[i].target_in);
         }
-        Matrix logits = model.forward(sources, targets_in);  // (n T, V)
+        Matrix logits = model.forward(sources, targets_in);  // (n_seq T, V)
         int T = logits.rows / int(sources.size());
         for (std::size_t k = 0; k < sources.size(); k++) {
             Matrix unused(T, logits.cols);  // the gradient, not needed here
