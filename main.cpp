@@ -670,7 +670,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     t.warmup = r.whole("warmup", 1, MAX_STEPS);
     t.batch = int(r.whole("batch", 1, MAX_BATCH));
     o.t = r.whole("updates", 0, MAX_STEPS * 1000);
-    for (auto [key, state] : {std::pair{"draws", &saved.draws.state}, {"position_draws", &model.position_draws.state}}) {
+    for (auto [key, state] :
+         {std::pair{"draws", &saved.draws.state}, std::pair{"position_draws", &model.position_draws.state}}) {
         std::string value = r.value_of(key);  // a generator's state: a whole number below 2^64
         errno = 0;
         *state = number_syntax(value, true) ? std::strtoull(value.c_str(), nullptr, 10) : 0;
@@ -1470,7 +1471,8 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
     int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
     std::string which = shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads) : "";
     for (const AttentionLayer& l : cross)
-        for (int h = 0; h < shown; h++) head_labels.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
+        for (int h = 0; h < shown; h++)  // "decoder.0 h1"
+            head_labels.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
     std::string html;
     for (int t = 0; t < int(output.size()); t++) {
         // (dec_layers x shown, S): row t of the P of each head shown, from each cross-attention layer
@@ -1483,7 +1485,8 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         std::partial_sort(order.begin(), order.begin() + 3, order.end(),
                           [&](int a, int b) { return probs.at(t, a) > probs.at(t, b); });
         std::vector<std::string> so_far(read.begin(), read.begin() + t + 1);
-        SvgHeatmap hm(cross_rows.rows, cross_rows.cols, std::max(320.0, 13.0 * cross_rows.cols), 26);  // a label for every head
+        // Cells of 13 pixels at least, so that every head's row has its label.
+        SvgHeatmap hm(cross_rows.rows, cross_rows.cols, std::max(320.0, 13.0 * cross_rows.cols), 26);
         hm.row_label = 90;
         hm.title = 0;
         std::string top3;
