@@ -1562,19 +1562,14 @@ inline std::string report_html(Transformer& model, const History& h, const std::
     page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n";
     std::vector<std::string> wrong;
     long wrong_count = 0;
-    for (std::size_t first = 0; first < held_out.size(); first += 100) {
-        std::vector<std::vector<int>> sources;
-        for (std::size_t i = first; i < std::min(first + 100, held_out.size()); i++)
-            sources.push_back(held_out[i].source);
-        std::vector<std::vector<int>> guesses = greedy_decode(model, sources, int(held_out[first].target.size()));
-        for (std::size_t k = 0; k < guesses.size(); k++) {
-            const Example& e = held_out[first + k];
-            if (guesses[k] == e.target) continue;
-            if (++wrong_count <= 20)
-                wrong.push_back("<tr><td>" + html_escape(digits_text(e.source, c)) + "</td><td>" +
-                                html_escape(digits_text(guesses[k], c)) + "</td><td>" +
-                                html_escape(digits_text(e.target, c)) + "</td></tr>\n");
-        }
+    std::vector<std::vector<int>> guesses = greedy_decode_all(model, held_out);
+    for (std::size_t k = 0; k < held_out.size(); k++) {
+        const Example& e = held_out[k];
+        if (guesses[k] == e.target) continue;
+        if (++wrong_count <= 20)
+            wrong.push_back("<tr><td>" + html_escape(digits_text(e.source, c)) + "</td><td>" +
+                            html_escape(digits_text(guesses[k], c)) + "</td><td>" +
+                            html_escape(digits_text(e.target, c)) + "</td></tr>\n");
     }
     page += fmt("<p>%ld of the %zu held-out sequences are wrong%s.</p>\n", wrong_count, held_out.size(),
                 wrong_count > 20 ? "; the first 20" : "");

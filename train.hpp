@@ -301,21 +301,29 @@ struct Accuracy {
     int exact_count = 0, total = 0;
 };
 
+// Greedy outputs for many examples, 100 sources decoded together at a time: large products, bounded
+// memory. The examples of one chunk share one target length.
+inline std::vector<std::vector<int>> greedy_decode_all(Transformer& model, const std::vector<Example>& examples) {
+    std::vector<std::vector<int>> guesses;
+    for (std::size_t first = 0; first < examples.size(); first += 100) {
+        Transformer::Batch sources;
+        for (std::size_t i = first; i < std::min(first + 100, examples.size()); i++)
+            sources.push_back(examples[i].source);
+        for (std::vector<int>& g : greedy_decode(model, sources, int(examples[first].target.size())))
+            guesses.push_back(std::move(g));
+    }
+    return guesses;
+}
+
 inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples) {
     Accuracy a;
     long right_digits = 0, all_digits = 0;
-    const std::size_t chunk = 100;  // sequences decoded together: large products, bounded memory
-    for (std::size_t first = 0; first < examples.size(); first += chunk) {
-        Transformer::Batch sources;
-        for (std::size_t i = first; i < std::min(first + chunk, examples.size()); i++)
-            sources.push_back(examples[i].source);
-        std::vector<std::vector<int>> guesses = greedy_decode(model, sources, int(examples[first].target.size()));
-        for (std::size_t k = 0; k < guesses.size(); k++) {
-            const Example& e = examples[first + k];
-            a.exact_count += guesses[k] == e.target;
-            for (std::size_t t = 0; t < e.target.size(); t++)
-                if (e.target[t] != PAD) right_digits += guesses[k][t] == e.target[t], all_digits++;
-        }
+    std::vector<std::vector<int>> guesses = greedy_decode_all(model, examples);
+    for (std::size_t k = 0; k < examples.size(); k++) {
+        const Example& e = examples[k];
+        a.exact_count += guesses[k] == e.target;
+        for (std::size_t t = 0; t < e.target.size(); t++)
+            if (e.target[t] != PAD) right_digits += guesses[k][t] == e.target[t], all_digits++;
     }
     a.total = int(examples.size());
     a.token = all_digits ? double(right_digits) / double(all_digits) : 0.0;
