@@ -1,11 +1,11 @@
 # sorter -- build, test, benchmark.
 #   make             build ./sorter
 #   make test        build and run the gradient checks and behaviour tests (doctest)
-#   make gradcheck   only the gradient checks, with their table (about 9 s after editing a backward)
+#   make gradcheck   only the gradient checks of tests.cpp, with their table (seconds after editing a backward)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
 #   make course      run every command of docs/course.md again; fail if an output drifted from the page
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
-#   make bench       speed table (see README.md, Performance)
+#   make bench       speed table (see docs/performance.md)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
@@ -18,6 +18,9 @@ CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
 # away from the figures printed by a plain build. With it off, every build computes the same numbers.
 FIXED    := -std=c++17 -ffp-contract=off
 HEADERS  := matrix.hpp model.hpp train.hpp
+# The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
+WORKBENCH       := $(wildcard workbench/*.hpp)
+WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)
 DOCTEST  := /usr/include/doctest/doctest.h
 PYTHON   := /usr/bin/python3
 
@@ -26,11 +29,10 @@ PYTHON   := /usr/bin/python3
 all: sorter
 
 # The flags are also compiled in, so that ./sorter --bench can print what it was built with.
-sorter: main.cpp $(HEADERS) Makefile
+sorter: main.cpp $(HEADERS) $(WORKBENCH) Makefile
 	$(CXX) $(FIXED) $(CXXFLAGS) -DSORTER_CXXFLAGS='"$(CXX) $(FIXED) $(CXXFLAGS)"' -o $@ main.cpp
 
 # doctest comes from Debian's doctest-dev. Install it when missing and we may; otherwise say how.
-# (tests.cpp includes main.cpp, without its main(), to test the flags and the checkpoint files.)
 doctest:
 	@if [ ! -f $(DOCTEST) ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -43,26 +45,34 @@ doctest:
 	  fi; \
 	fi
 
-tests: tests.cpp main.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ tests.cpp
+# make test: one binary, one doctest summary. tests.cpp (the tutorial's lab notebook: matrix.hpp,
+# model.hpp and train.hpp only) and each workbench/*_test.cpp compile to an object of their own, so an
+# edit recompiles only what it touches; doctest's main() is compiled once, into doctest-main.o.
+doctest-main.o: | doctest
+	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
+	  $(CXX) -std=c++17 -O1 -x c++ -c -o $@ -
+tests.o: tests.cpp $(HEADERS) Makefile | doctest
+	$(CXX) $(FIXED) $(CXXFLAGS) -c -o $@ tests.cpp
+workbench/%_test.o: workbench/%_test.cpp main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
+	$(CXX) $(FIXED) $(CXXFLAGS) -c -o $@ $<
+tests: doctest-main.o tests.o $(WORKBENCH_TESTS:.cpp=.o)
+	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $^
 
 test: tests
 	./tests
 
 # make gradcheck: the "gradient:" test cases of tests.cpp alone, every backward against central
-# differences, one row per tensor. Built at -Og, with doctest's main compiled once into its own
-# object, so that after an edit to a backward the rebuild and the run take seconds, not half a minute.
-doctest-main.o: | doctest
-	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
-	  $(CXX) -std=c++17 -O1 -x c++ -c -o $@ -
-gradcheck-tests: tests.cpp main.cpp $(HEADERS) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -Og -DDOCTEST_MAIN_ELSEWHERE -o $@ tests.cpp doctest-main.o
+# differences, one row per tensor. tests.cpp alone, built at -Og, so that after an edit to a backward
+# the rebuild and the run take seconds.
+gradcheck-tests: tests.cpp $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -Og -o $@ tests.cpp doctest-main.o
 gradcheck: gradcheck-tests
 	@echo "gradient check: every entry of every tensor against central differences (h = 3e-5); a row is wrong above 1e-6"
 	@./gradcheck-tests -tc="gradient:*"
 
-tests-sanitize: tests.cpp main.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ tests.cpp
+tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
+	  tests.cpp $(WORKBENCH_TESTS) doctest-main.o
 
 sanitize: tests-sanitize
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
@@ -95,7 +105,7 @@ compare: sorter
 FUZZ_SECONDS  ?= 60
 FUZZ_TARGETS  := checkpoint train_data options pictures
 FUZZ_CXX      ?= clang++
-fuzz/fuzz-%: fuzz/targets.cpp main.cpp $(HEADERS) Makefile
+fuzz/fuzz-%: fuzz/targets.cpp $(HEADERS) $(WORKBENCH) Makefile
 	$(FUZZ_CXX) $(FIXED) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  -DFUZZ_$$(echo $* | tr a-z A-Z) -o $@ fuzz/targets.cpp
 
@@ -110,4 +120,4 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	done
 
 clean:
-	rm -f sorter tests tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*
+	rm -f sorter tests tests.o workbench/*.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*

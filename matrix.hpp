@@ -5,10 +5,17 @@
 // each carry d_model numbers is a (T, d_model) matrix.
 //
 // Legend used in every file:
-//   T        target (decoder) sequence length      S     source (encoder) sequence length
-//   d_model  width of every token vector           V     vocabulary size
-//   n_heads  attention heads                       d_k   d_model / n_heads, width of one head
+//   T        target (decoder) sequence length      S      source (encoder) sequence length
+//   d_model  width of every token vector           vocab  vocabulary size
+//   n_heads  attention heads                       d_k    d_model / n_heads, width of one head
 //   d_ff     hidden width of the feed-forward layer
+//   n_seq    sequences in a mini-batch, run as one stack of rows: (n_seq T, d_model)
+//   Q K V    attention's queries, keys and values (never the vocabulary)
+//
+// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu and gelu;
+// blocks of rows (one sequence, one head). Skip on a first reading: the last section, "the same
+// numbers, faster", whose *_fast kernels the model calls: same bits as the plain loops (tests.cpp
+// checks), so the loops are what to read for the math.
 //
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum

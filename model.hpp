@@ -7,7 +7,14 @@
 // inputs (attention's queries and memory) adds into gradients the caller zeroed, and Embedding's
 // input is token ids, integers with no gradient, so its backward returns nothing.
 //
-// Legend: T, S target and source lengths, d_model, n_heads, d_k = d_model / n_heads, d_ff, V vocab.
+// Legend: T, S target and source lengths, d_model, n_heads, d_k = d_model / n_heads, d_ff, vocab
+// (the vocabulary size). A mini-batch of n_seq sequences runs as one stack of rows: sequence e owns
+// rows e*S .. of the encoder's matrices and e*T .. of the decoder's, so a shape reads (n_seq T, d_model).
+//
+// Sections: Linear; Embedding and positions; scaled dot-product attention and its masks; multi-head
+// attention; LayerNorm; FeedForward; Sublayer (the residual rule); EncoderBlock; DecoderBlock; the
+// Transformer. Skip on a first reading: Positions::random (position_rows, hash_of) and the decoding
+// cache (KV, next_row, first_position), which only greedy decoding in train.hpp uses.
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
 // variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
@@ -22,12 +29,16 @@
 
 #include "matrix.hpp"
 
+// The exercise switches, each with its names as the flags and the checkpoint file spell them.
 enum class Norm { pre, post };
 enum class Positions { sinusoidal, learned, none, random };
 enum class Activation { relu, gelu };
+const std::vector<std::string> NORM_NAMES = {"pre", "post"};
+const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random"};
+const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
 
 struct ModelConfig {
-    int vocab = 11;       // V: PAD 0, digits 1..9, START 10
+    int vocab = 11;       // PAD 0, digits 1..9, START 10
     int max_len = 5;      // longest sequence, source or target
     int d_model = 16;
     int n_heads = 2;
@@ -76,8 +87,9 @@ struct Linear {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Embedding + positions:  X[t] = table[token_t] * scale + pos[t].   X (T, d_model).
-// One table is shared by the source and the target, so backward takes the tokens it undoes.
+// Embedding + positions:  X[t] = table[token_t] * scale + pos[row_t].   X (n_seq L, d_model) for
+// n_seq sequences of L tokens. One table is shared by the source and the target, so backward takes
+// the tokens it undoes.
 // ---------------------------------------------------------------------------------------------
 // PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
 // Each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
@@ -97,7 +109,7 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
 // with the output layer, has entries near 1 / sqrt(d_model)). The scale brings the token's part up to
 // the size of the position's part, so neither drowns the other when they are added.
 struct Embedding {
-    Param table;      // (V, d_model), one row per token id
+    Param table;      // (vocab, d_model), one row per token id
     Param learned;    // (max_len, d_model), used only with Positions::learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double scale = 1.0;
@@ -163,7 +175,8 @@ inline std::vector<int> position_rows(int L, int max_len, Positions positions, R
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V.
+// Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, for one head of one sequence
+// (multi-head attention below calls it n_seq x n_heads times per batch).
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
 // mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. masked() REPLACES
 // each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
@@ -185,7 +198,7 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
     return m;
 }
 
-struct AttentionCache {
+struct AttentionCache {  // one head of one sequence
     Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;        // the attention weights (T, S); row i says where query i looked
 };
@@ -226,12 +239,13 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 // ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k
 // columns, join the slices, project with W_o.
-//   x_q (T, d_model), x_kv (S, d_model), output (T, d_model).
+//   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
 // ---------------------------------------------------------------------------------------------
-// Keys and values come fresh from x_kv in training. Greedy decoding feeds each sequence's newest row
-// only, and the attention keeps what it made: KV::append adds the new rows' keys and values (causal
+// The decoding cache, used by greedy decoding only (train.hpp); skip on a first reading. Keys and
+// values come fresh from x_kv in training. Greedy decoding feeds each sequence's newest row only, and
+// the attention keeps what it made: KV::append adds the new rows' keys and values (causal
 // self-attention), KV::keep reuses them (cross-attention to the memory). Same bits as a whole-prefix
 // pass, whose later keys are masked and add exactly 0 to the softmax's sum and to P V.
 enum class KV { fresh, append, keep };
@@ -239,9 +253,8 @@ enum class KV { fresh, append, keep };
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
-    Matrix K, V;                        // (n_seq S, d_model): the keys and values of the last call
+    Matrix keys, values;                // (n_seq S, d_model): every head's K and V of the last call
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
-    int silenced = -1;                  // a head left out of forward (--inspect); backward assumes none is
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng)
@@ -253,23 +266,23 @@ struct MultiHeadAttention {
             linear->list_parameters(name + suffix, "", list);
     }
 
-    // A mini-batch of n_seq sequences comes stacked: x_q (n_seq T, d_model), x_kv (n_seq S, d_model),
-    // mask (n_seq T, S). The projections see every row at once; each sequence attends only to its own.
+    // The projections see every row of the batch at once; each sequence attends only to its own rows.
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh) {
         Matrix Q = W_q.forward(x_q);  // (n_seq T, d_model)
-        if (kv == KV::fresh) K = W_k.forward(x_kv), V = W_v.forward(x_kv);
-        if (kv == KV::append)  // sequence by sequence: the kept rows, then the new ones
-            K = join_sequences(K, W_k.forward(x_kv), n_seq), V = join_sequences(V, W_v.forward(x_kv), n_seq);
+        if (kv == KV::fresh) keys = W_k.forward(x_kv), values = W_v.forward(x_kv);  // (n_seq S, d_model)
+        if (kv == KV::append)  // decoding: sequence by sequence, the kept rows, then the new ones
+            keys = join_sequences(keys, W_k.forward(x_kv), n_seq),
+            values = join_sequences(values, W_v.forward(x_kv), n_seq);
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-        int T = Q.rows / n_seq, S = K.rows / n_seq;
+        int T = Q.rows / n_seq, S = keys.rows / n_seq;
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k;  // head h owns columns col .. col + d_k - 1
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
-                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, col, d_k),
-                                       take_block(V, e * S, S, col, d_k), mask_e, heads[e * n_heads + h]);
-                if (h != silenced) add_into_block(O_h, e * T, col, joined);  // (T, d_k)
+                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(keys, e * S, S, col, d_k),
+                                       take_block(values, e * S, S, col, d_k), mask_e, heads[e * n_heads + h]);
+                add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
     }
@@ -285,12 +298,12 @@ struct MultiHeadAttention {
                 // forward: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
                 attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h,
                                    dV_h);
-                // forward: take_block(Q, e * T, T, col, d_k), and the same for K and V
+                // forward: take_block(Q, e * T, T, col, d_k), and the same for keys and values
                 add_into_block(dQ_h, e * T, col, dQ);
                 add_into_block(dK_h, e * S, col, dK);
                 add_into_block(dV_h, e * S, col, dV);
             }
-        // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
+        // forward: Q = W_q.forward(x_q), keys = W_k.forward(x_kv), values = W_v.forward(x_kv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
         accumulate(d_xkv, W_v.backward(dV));
@@ -431,7 +444,7 @@ struct Sublayer {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Encoder block: self-attention, then feed-forward, each inside a Sublayer.   x, out (S, d_model)
+// Encoder block: self-attention, then feed-forward, each inside a Sublayer.   x, out (n_seq S, d_model)
 // ---------------------------------------------------------------------------------------------
 struct EncoderBlock {
     Sublayer attn_sub, ffn_sub;
@@ -462,7 +475,7 @@ struct EncoderBlock {
 
 // ---------------------------------------------------------------------------------------------
 // Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
-//   y, out (T, d_model), memory (S, d_model)
+//   y, out (n_seq T, d_model), memory (n_seq S, d_model)
 // ---------------------------------------------------------------------------------------------
 struct DecoderBlock {
     Sublayer self_sub, cross_sub, ffn_sub;
@@ -481,8 +494,8 @@ struct DecoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    // n_seq sequences stacked. next_row: y holds each sequence's newest row only, and the attentions
-    // go on from the keys and values they kept (greedy decoding, Transformer::decode).
+    // next_row (greedy decoding only, train.hpp): y holds each sequence's newest row only, and the
+    // attentions go on from the keys and values they kept.
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
                    int n_seq = 1, bool next_row = false) {
         KV self_kv = next_row ? KV::append : KV::fresh, cross_kv = next_row ? KV::keep : KV::fresh;
@@ -492,7 +505,7 @@ struct DecoderBlock {
             y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv); });
         return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
     }
-    // Returns dy and adds the memory's gradient into d_memory (S, d_model).
+    // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
         // forward: out = ffn_sub.forward(y2, ffn)
         Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
@@ -509,8 +522,8 @@ struct DecoderBlock {
 
 // ---------------------------------------------------------------------------------------------
 // The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
-// input, run the decoder blocks against the memory; final LayerNorm; project to V logits.
-//   source (S tokens), target_in (T tokens), memory (S, d_model), logits (T, V)
+// input, run the decoder blocks against the memory; final LayerNorm; project to vocab logits.
+//   sources n_seq x (S), targets_in n_seq x (T), memory (n_seq S, d_model), logits (n_seq T, vocab)
 // ---------------------------------------------------------------------------------------------
 struct Transformer {
     ModelConfig config;
@@ -518,14 +531,14 @@ struct Transformer {
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
     LayerNorm final_norm;
-    Linear out;       // (d_model -> V), with bias
+    Linear out;       // (d_model -> vocab), with bias
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
-    // Positions::random draws each source's rows anew in training (train_step sets `training`, as
-    // PyTorch's model.train() does). Otherwise a source's rows are drawn from the source itself, so one
-    // input always reads the same rows and an evaluation never moves the training draws.
+    // Positions::random draws each source's rows anew while train_step runs (it sets `training`; random
+    // positions are the only part of the model that reads it). Otherwise a source's rows are drawn from
+    // the source itself, so one input always reads the same rows and an evaluation never moves the draws.
     Rng position_draws{1};
     bool training = false;
 
@@ -550,30 +563,32 @@ struct Transformer {
             source_rows.push_back(position_rows(S, config.max_len, config.positions, training ? position_draws : own));
         }
         Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
-        Matrix x = embed.forward(joined(srcs), joined(source_rows));
+        Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
     // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
-    // Greedy decoding (train.hpp) passes each sequence's newest token only, at position `first`; from
-    // first = 1 on, the attentions go on from the keys and values they kept, all visible to the new rows
-    // (no causal mask). Its rows are those a pass over the whole prefix would give last, bit for bit.
-    // Decoder token t reads the position row of source token t: every task's output is as long as its
-    // input, and with random positions both sides then share one draw.
-    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first = 0) {
+    // Decoder token t reads position row t; with random positions, the row its source's token t read
+    // (every task's output is as long as its input), so both sides share one draw.
+    // Greedy decoding only (train.hpp): it passes each sequence's newest token, at first_position; from
+    // 1 on, the attentions go on from the keys and values they kept, all visible to the new rows (no
+    // causal mask). Its rows are those a pass over the whole prefix would give last, bit for bit.
+    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first_position = 0) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
         target_rows.assign(n_seq, {});
         for (int e = 0; e < n_seq; e++)
-            for (int t = first; t < first + T; t++) target_rows[e].push_back(source_rows[e].at(t));
+            for (int t = first_position; t < first_position + T; t++)
+                target_rows[e].push_back(config.positions == Positions::random ? source_rows[e].at(t) : t);
         Matrix memory_mask = padding_mask(T, srcs);  // (n_seq T, S); the causal mask (n_seq T, T)
-        Matrix causal = first > 0 ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
-        Matrix y = embed.forward(joined(tgts_in), joined(target_rows));
-        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, first > 0);
-        return out.forward(final_norm.forward(y));  // -> logits (n_seq T, V)
+        bool next_row = first_position > 0;
+        Matrix causal = next_row ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
+        Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, next_row);
+        return out.forward(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
     Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
-    static std::vector<int> joined(const Batch& seqs) {  // the tokens of every sequence, one after another
+    static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
         for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());
         return all;

@@ -9,10 +9,12 @@
 //   options      parse_options: a command line (the input's words, split at NUL or newline)
 //   pictures     a model read from a checkpoint, then every picture drawn from it: the terminal
 //                heatmaps, --trace-shapes, --params and the SVG documents (weights may be huge)
-#define SORTER_NO_MAIN
-#include "../main.cpp"
-
-using namespace sorter_program;
+#include "../workbench/checkpoint.hpp"  // read_checkpoint
+#include "../workbench/files.hpp"       // read_train_data
+#include "../workbench/inspect.hpp"     // trace_shapes, print_params
+#include "../workbench/options.hpp"     // parse_options, print_help
+#include "../workbench/svg.hpp"         // attention_svg, positions_svg
+#include "../workbench/terminal.hpp"    // print_attention, print_positions
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     if (!std::freopen("/dev/null", "w", stdout)) return 1;  // the pictures print; only a crash matters
@@ -55,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         std::vector<AttentionMap> maps = attention_maps(model, e.source, output);
         print_attention(maps, true);
         print_positions(model, true);
-        trace_shapes(model, e);
+        trace_shapes(model, {e});
         print_params(model);
         attention_svg(maps, model.config.n_heads, "fuzz");
         if (const Matrix* table = model.embed.position_table()) positions_svg(*table, "fuzz");

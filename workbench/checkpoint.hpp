@@ -1,0 +1,278 @@
+// workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state
+// in one plain-text file; and --dump-step, the first training step for make reference.
+//
+// Sections: Saved, what a file keeps besides the model; writing; reading, every value checked (a
+// corrupt file is one line naming its line number, never a crash); --dump-step.
+#pragma once
+
+#include "files.hpp"
+
+// The format, version 2, is plain text; docs/checkpoints.md shows a whole file. Values are
+// written with "%.17g", so every double reads back to the same bits. The sinusoidal table is not
+// stored: it is computed from max_len and d_model. Version 2 adds a training section after the tensors
+// (version 1 files, without it, still load): --load FILE --steps N goes on where the run stopped.
+struct Saved {  // what a checkpoint keeps besides the model
+    DataConfig data;
+    TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
+    Optimizer optimizer;  // that count and, for momentum and Adam, the running means of every tensor
+    Rng draws;            // the training draws, where they stopped (random positions' draws: in the model)
+    explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
+        : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
+};
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------
+inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
+    for (int r = 0; r < m.rows; r++)
+        for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
+}
+inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) {  // the whole file
+    const ModelConfig& c = model.config;
+    const DataConfig& d = saved.data;
+    const TrainConfig& t = saved.train;
+    std::fprintf(f, "sorter-checkpoint 2\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
+                 "dec_layers %d\n", c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers);
+    std::fprintf(f, "norm %s\npositions %s\nactivation %s\nembed_scale %d\n", NORM_NAMES[int(c.norm)].c_str(),
+                 POSITION_NAMES[int(c.positions)].c_str(), ACTIVATION_NAMES[int(c.activation)].c_str(),
+                 c.embed_scale ? 1 : 0);
+    std::fprintf(f, "task %s\nseq_len %d\nmin_len %d\nmax_digit %d\n", TASK_NAMES[int(d.task)].c_str(), d.seq_len,
+                 d.min_len, d.max_digit);
+    auto params = model.parameters();
+    std::fprintf(f, "tensors %zu\n", params.size());
+    for (auto& [name, p] : params) {
+        std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
+        write_matrix(f, p->value);
+    }
+    const Optimizer& opt = saved.optimizer;
+    std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n"
+                 "position_draws %llu\n", OPTIMIZER_NAMES[int(opt.kind)].c_str(), t.lr,
+                 SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, opt.t,
+                 (unsigned long long)saved.draws.state, (unsigned long long)model.position_draws.state);
+    for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
+        std::fprintf(f, "m %s\n", params[k].first.c_str());
+        write_matrix(f, opt.m[k]);
+        if (opt.kind != OptimizerKind::adam) continue;
+        std::fprintf(f, "s %s\n", params[k].first.c_str());
+        write_matrix(f, opt.s[k]);
+    }
+    std::fprintf(f, "end\n");
+}
+inline void save_checkpoint(const std::string& path, Transformer& model, const Saved& saved) {  // --save FILE
+    // --load rejects nan and inf, so a diverged model is refused here rather than written unreadable.
+    for (auto& [name, p] : model.parameters())
+        for (double v : p->value.data)
+            if (!std::isfinite(v))
+                fail("--save " + path + ": tensor '" + name + "' holds nan or inf (training diverged); not saved");
+    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, saved); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------------------------
+// How many values the parameters of a model of config c hold, known before the model is built (a
+// test checks it against Transformer::parameters(), which builds the names and shapes).
+inline long parameter_count(const ModelConfig& c) {
+    long d = c.d_model, ff = c.d_ff, V = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
+    long embed = V * d + (c.positions == Positions::learned ? c.max_len * d : 0);
+    return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
+           norm + d * V + V;
+}
+
+// Reads a checkpoint word by word; a word over 64 characters is an error, so no file can make a huge string.
+struct WordReader {
+    std::istream& in;
+    std::string where;  // "--load FILE", the start of every message
+    long long line = 1;  // 64 bits: a file of 2^31 newlines must not overflow it
+    std::string at() const { return where + " line " + std::to_string(line); }  // the place, for a message
+    [[noreturn]] void error(const std::string& what) const { fail(at() + ": " + what); }
+    std::string next() {  // "" at the end of the file
+        int c;
+        while ((c = in.peek()) != EOF && std::isspace(c))
+            if (in.get() == '\n') line++;
+        std::string w;
+        while ((c = in.peek()) != EOF && !std::isspace(c)) {
+            if (w.size() == 64) error("a word longer than 64 characters");
+            w += char(in.get());
+        }
+        return w;
+    }
+    std::string expect(const std::string& what) {  // the next word, which must be there
+        std::string w = next();
+        if (w.empty()) error("the file ends early (truncated): expected " + what);
+        return w;
+    }
+    std::string value_of(const std::string& key) {  // the value after "key"
+        std::string w = expect("'" + key + "'");
+        if (w != key) error("expected '" + key + "', found '" + w + "'");
+        return expect("the value of " + key);
+    }
+    long whole(const std::string& key, long lo, long hi) {
+        std::string w = value_of(key);
+        return whole_or_fail(at() + ": " + key, w, lo, hi);
+    }
+    int choice(const std::string& key, const std::vector<std::string>& names) {
+        std::string w = value_of(key);
+        return choice_or_fail(at() + ": " + key, w, names);
+    }
+};
+
+// The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m.
+inline void read_values(WordReader& r, const std::string& what, Matrix& m) {
+    for (std::size_t i = 0; i < m.data.size(); i++) {
+        std::string v = r.next();
+        if (v.empty())
+            r.error("the file ends early (truncated): " + what + " has " + std::to_string(i) + " of its " +
+                    std::to_string(m.data.size()) + " values");
+        if (parse_finite(v, m.data[i])) continue;
+        if (r.in.peek() == EOF) r.error("the file ends early (truncated) inside " + what);
+        r.error(what + fmt(" value %zu: '", i) + v + "' is not a finite number");
+    }
+}
+
+// Version 2's training section, after the tensors: the settings, the optimizer's update count and
+// running means (none for SGD, none before the first update), and the training draws.
+inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
+    TrainConfig& t = saved.train;
+    Optimizer& opt = saved.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
+    std::string lr = r.value_of("lr");
+    if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR)
+        r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
+    t.optimizer = opt.kind;
+    t.schedule = Schedule(r.choice("schedule", SCHEDULE_NAMES));
+    t.warmup = r.whole("warmup", 1, MAX_STEPS);
+    t.batch = int(r.whole("batch", 1, MAX_BATCH));
+    opt.t = r.whole("updates", 0, MAX_STEPS * 1000);
+    for (auto [key, state] :
+         {std::pair{"draws", &saved.draws.state}, std::pair{"position_draws", &model.position_draws.state}}) {
+        std::string value = r.value_of(key);  // a generator's state: a whole number below 2^64
+        errno = 0;
+        *state = number_syntax(value, true) ? std::strtoull(value.c_str(), nullptr, 10) : 0;
+        if (!number_syntax(value, true) || errno == ERANGE)
+            r.error(key + (" " + value) + ": expected a whole number below 2^64");
+    }
+    if (opt.t == 0 || opt.kind == OptimizerKind::sgd) return;
+    for (auto& [name, p] : model.parameters()) {
+        opt.m.emplace_back(p->value.rows, p->value.cols);
+        if (opt.kind == OptimizerKind::adam) opt.s.emplace_back(p->value.rows, p->value.cols);
+        for (const char* which : {"m", "s"}) {
+            if (which[0] == 's' && opt.kind != OptimizerKind::adam) continue;
+            std::string w = r.expect(std::string(which) + " of '" + name + "'");
+            std::string got = r.expect("a tensor name");
+            if (w != which || got != name)
+                r.error("expected '" + std::string(which) + " " + name + "', found '" + w + " " + got + "'");
+            read_values(r, std::string(which) + " of '" + name + "'", which[0] == 'm' ? opt.m.back() : opt.s.back());
+        }
+    }
+}
+
+// The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
+inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
+    WordReader r{in, where};
+    std::string magic = r.next();
+    if (magic != "sorter-checkpoint")
+        r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
+    std::string version = r.expect("the format version");
+    if (version != "1" && version != "2")
+        r.error("format version " + version + " is not supported (this program reads versions 1 and 2)");
+    ModelConfig c;
+    DataConfig d;
+    // The header, in the order write_checkpoint writes it.
+    c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
+    c.max_len = r.whole("max_len", 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN);
+    c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
+    c.n_heads = r.whole("n_heads", 1, MAX_HEADS);
+    c.d_ff = r.whole("d_ff", 1, MAX_D_FF);
+    c.enc_layers = r.whole("enc_layers", 1, MAX_LAYERS);
+    c.dec_layers = r.whole("dec_layers", 1, MAX_LAYERS);
+    c.norm = Norm(r.choice("norm", NORM_NAMES));
+    c.positions = Positions(r.choice("positions", POSITION_NAMES));
+    c.activation = Activation(r.choice("activation", ACTIVATION_NAMES));
+    c.embed_scale = r.whole("embed_scale", 0, 1) == 1;
+    d.task = Task(r.choice("task", TASK_NAMES));
+    d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN);
+    d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
+    d.max_digit = r.whole("max_digit", 1, MAX_DIGIT);
+    std::string header = where + " header: ";  // two header values that disagree
+    if (c.d_model % c.n_heads != 0)
+        fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
+    if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
+    if (c.vocab != vocab_size(d))
+        fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
+    if (c.max_len < d.seq_len) fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len));
+    long count = r.whole("tensors", 1, 1000);
+    // Every value takes at least two bytes (a digit and a space or newline), so a file too short for
+    // the model its header describes is refused before that model is allocated. (A pipe, which
+    // cannot tell its length, skips this; the caps on every size still bound the allocation.)
+    std::streampos here = in.tellg();
+    in.seekg(0, std::ios::end);
+    std::streamoff left = in.tellg() - here;
+    in.clear();
+    in.seekg(here);
+    if (here >= 0 && left >= 0 && left < 2 * parameter_count(c))
+        r.error(fmt("the file ends early (truncated): this header describes %ld values, and only %lld bytes follow",
+                    parameter_count(c), (long long)left));
+    // The tensors in the file must now match the model this header describes, name by name and shape by shape.
+    Transformer model(c, 0);
+    auto params = model.parameters();
+    if (count != long(params.size()))
+        r.error(fmt("the header lists %ld tensors; this configuration has %zu", count, params.size()));
+    for (auto& [name, p] : params) {
+        Matrix& m = p->value;
+        std::string w = r.next(), tensor = "tensor '" + name + "'";
+        if (w.empty()) r.error("the file ends early (truncated): " + tensor + " is missing");
+        if (w != "tensor") r.error(tensor + " is missing (found '" + w + "' where it should start)");
+        std::string got = r.expect("a tensor name");
+        if (got != name && std::any_of(params.begin(), params.end(), [&](auto& q) { return q.first == got; }))
+            r.error(tensor + " is missing (found '" + got + "' in its place)");
+        if (got != name) r.error("unknown tensor '" + got + "'");
+        long rows = 0, cols = 0;
+        std::string rw = r.expect("the rows of " + name), cw = r.expect("the columns of " + name);
+        if (!parse_whole(rw, 0, 1000000000, rows) || !parse_whole(cw, 0, 1000000000, cols) || rows != m.rows ||
+            cols != m.cols)
+            r.error(tensor + " has shape (" + rw + ", " + cw + "); this configuration needs " + shape_text(m));
+        read_values(r, tensor, m);
+    }
+    saved = Saved(d);  // version 1: no training kept, so --steps starts afresh with the training flags' defaults
+    std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
+    if (w.empty()) r.error("the file ends early (truncated): expected " + last);
+    if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
+    if (version == "2" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
+    if (version == "2") read_training(r, model, saved);
+    if (version == "2") w = r.expect("'end'");
+    if (w != "end") r.error("expected 'end', found '" + w + "'");
+    w = r.next();
+    if (!w.empty()) r.error("unexpected '" + w + "' after 'end'");
+    return model;
+}
+inline Transformer load_checkpoint(const std::string& path, Saved& saved) {  // --load FILE
+    std::ifstream in = open_input(path, "--load " + path);
+    return read_checkpoint(in, "--load " + path, saved);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// --dump-step FILE: the first step before its update, for reference/torch_sorter.py: lr, each example and
+// its logits, the loss (summed in train_step's order, so the same to the last bit), the model as a checkpoint.
+inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
+    std::vector<std::string> words;
+    for (int t : tokens) words.push_back(std::to_string(t));
+    return join(words, " ");
+}
+inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
+                      const Saved& saved) {
+    write_atomically(path, "--dump-step", [&](FILE* f) {
+        std::fprintf(f, "sorter-step 1\nlr %.17g\nexamples %zu\n", lr, batch.size());
+        double loss = 0.0, weight = 1.0 / double(batch.size());
+        for (std::size_t i = 0; i < batch.size(); i++) {
+            const Example& e = batch[i];
+            Matrix logits = model.forward({e.source}, {e.target_in}), unused(logits.rows, logits.cols);
+            loss += weight * cross_entropy(logits, e.target, weight, unused);
+            std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i, ids_text(e.source).c_str(),
+                         ids_text(e.target_in).c_str(), ids_text(e.target).c_str(), logits.rows, logits.cols);
+            write_matrix(f, logits);
+        }
+        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss);
+        write_checkpoint(f, model, saved);
+    });
+}

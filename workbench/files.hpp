@@ -1,0 +1,154 @@
+// workbench/files.hpp -- the files the program reads and writes: input files checked line by line,
+// every output written whole or not at all, and every output path checked before training.
+//
+// Sections: --sort digits and --train-data files; opening an input; the atomic write (and the signal
+// handler that removes its temporary file); the output paths, checked before any work.
+#pragma once
+
+#include <fcntl.h>     // open with O_EXCL | O_NOFOLLOW (POSIX): the temporary file of an atomic write
+#include <sys/stat.h>  // lstat, fchmod (POSIX): only a regular file is replaced, and it keeps its mode
+#include <unistd.h>    // fsync, getpid, access (POSIX): a file reaches the disk before it is renamed
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "options.hpp"
+
+// ---------------------------------------------------------------------------------------------
+// Input files: --sort and --train-data
+// ---------------------------------------------------------------------------------------------
+// One sequence from words: each a digit from 1 to max_digit, between min_len and seq_len of them.
+// `where` begins every message ("--sort 5 3 12", "--train-data data.txt line 3").
+inline std::vector<int> parse_sequence(const std::vector<std::string>& words, const DataConfig& d,
+                                       const std::string& where) {
+    std::vector<int> digits;
+    for (const std::string& w : words) {
+        long v = 0;
+        if (!parse_whole(w, 1, d.max_digit, v))
+            fail(where + ": '" + w + "' is not a digit from 1 to " + std::to_string(d.max_digit) + " (--max-digit)");
+        digits.push_back(int(v));
+    }
+    int n = int(digits.size());
+    if (n < d.min_len || n > d.seq_len)
+        fail(where + fmt(": %d digits; expected ", n) +
+             (d.min_len == d.seq_len ? fmt("exactly %d", d.seq_len) : fmt("from %d to %d", d.min_len, d.seq_len)) +
+             " (set by --min-len and --seq-len, or by the checkpoint given to --load)");
+    return digits;
+}
+
+// One line into `line`, keeping at most max_chars characters (too_long says more were there).
+// Returns false at the end of the file. Reading by characters keeps a huge line from a huge string.
+inline bool read_line(std::istream& in, std::string& line, std::size_t max_chars, bool& too_long) {
+    line.clear();
+    too_long = false;
+    int c = in.get();
+    if (c == EOF) return false;
+    for (; c != EOF && c != '\n'; c = in.get()) {
+        if (line.size() == max_chars) {  // stop at once: a file with no newline (/dev/zero) is not read to its end
+            too_long = true;
+            break;
+        }
+        line += char(c);
+    }
+    return true;
+}
+
+// The sequences of a --train-data file: one a line; blank lines and lines starting with # skipped.
+inline std::vector<std::vector<int>> read_train_data(std::istream& in, const DataConfig& d, const std::string& where) {
+    std::vector<std::vector<int>> sequences;
+    std::string line;
+    bool too_long = false;
+    for (long line_no = 1; read_line(in, line, 4096, too_long); line_no++) {
+        std::string at = where + " line " + std::to_string(line_no);
+        if (too_long) fail(at + ": longer than 4096 characters");
+        std::vector<std::string> words = split_words(line);
+        if (words.empty() || words[0][0] == '#') continue;
+        if (long(sequences.size()) == MAX_TRAIN_LINES) fail(at + fmt(": more than %ld sequences", MAX_TRAIN_LINES));
+        sequences.push_back(parse_sequence(words, d, at));
+    }
+    if (sequences.empty()) fail(where + ": no sequences (one a line, digits separated by spaces)");
+    return sequences;
+}
+
+// Opens a file the user named, or fails with one line that starts with `where` ("--load FILE").
+inline std::ifstream open_input(const std::string& path, const std::string& where) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail(where + ": is a directory, not a file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(where + ": cannot open the file (" + std::strerror(errno) + ")");
+    return in;
+}
+inline std::vector<std::vector<int>> load_train_data(const std::string& path, const DataConfig& d) {  // --train-data
+    std::ifstream in = open_input(path, "--train-data " + path);
+    return read_train_data(in, d, "--train-data " + path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output files
+// ---------------------------------------------------------------------------------------------
+// Write a file atomically: to a temporary file beside it, flushed to the disk, then renamed over PATH
+// in one step. A reader sees the old file or the whole new one; a failed write leaves PATH as it was.
+// Only a regular file is replaced, and it keeps its mode (a device, a pipe or a link is refused:
+// as root, --save /dev/null would otherwise replace /dev/null). The temporary is created with
+// O_EXCL | O_NOFOLLOW, so a file or link planted at its name is never followed or overwritten, and
+// SIGINT or SIGTERM during the write remove it (on_signal, installed by main()).
+inline char pending_tmp[4096] = "";  // the temporary being written, for on_signal
+inline void on_signal(int sig) {
+    if (pending_tmp[0]) unlink(pending_tmp);  // unlink, signal and raise may be called from a handler
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+template <typename WriteFn>
+void write_atomically(const std::string& path, const std::string& flag, WriteFn write) {
+    struct stat old{};
+    bool replacing = lstat(path.c_str(), &old) == 0;
+    if (replacing && !S_ISREG(old.st_mode))
+        fail(flag + " " + path + ": not a regular file (a directory, device, pipe or link); choose another name");
+    std::string tmp = path + ".tmp-" + std::to_string(long(getpid()));
+    if (tmp.size() >= sizeof pending_tmp) fail(flag + " " + path + ": the path is too long");
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) fail(flag + " " + path + ": cannot write " + tmp + " (" + std::strerror(errno) + ")");
+    std::snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp.c_str());
+    FILE* f = fdopen(fd, "wb");
+    bool ok = f && (!replacing || fchmod(fd, old.st_mode & 07777) == 0);
+    if (ok) write(f);
+    ok = ok && !std::ferror(f) && std::fflush(f) == 0 && fsync(fd) == 0;
+    int err = errno;
+    ok = (f ? std::fclose(f) : close(fd)) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+    if (!ok) {
+        std::string reason = std::strerror(err ? err : errno);
+        std::remove(tmp.c_str());
+        pending_tmp[0] = '\0';
+        fail(flag + " " + path + ": cannot write (" + reason + ")");
+    }
+    pending_tmp[0] = '\0';
+}
+
+// Every file the run will write, checked before training, so a typo costs no time.
+inline void check_output_paths(const Options& o) {
+    std::error_code ec;
+    if (!o.svg_dir.empty() && !std::filesystem::exists(o.svg_dir, ec))
+        fail("--svg " + o.svg_dir + ": no such directory (create it first, e.g. mkdir -p " + o.svg_dir + ")");
+    if (!o.svg_dir.empty() && !std::filesystem::is_directory(o.svg_dir, ec))
+        fail("--svg " + o.svg_dir + ": not a directory");
+    if (!o.svg_dir.empty() && access(o.svg_dir.c_str(), W_OK) != 0)
+        fail("--svg " + o.svg_dir + ": cannot write into this directory (" + std::strerror(errno) + ")");
+    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path},
+                                     std::pair{"--report", o.report_path}}) {
+        if (path.empty()) continue;
+        std::filesystem::path dir = std::filesystem::path(path).parent_path();
+        if (dir.empty()) dir = ".";
+        if (!std::filesystem::is_directory(dir, ec))
+            fail(std::string(flag) + " " + path + ": the directory " + dir.string() + " does not exist");
+        if (std::filesystem::is_directory(path, ec)) fail(std::string(flag) + " " + path + ": is a directory");
+        struct stat existing{};
+        if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+            fail(std::string(flag) + " " + path + ": not a regular file (a device, pipe or link); choose another name");
+        if (access(dir.c_str(), W_OK) != 0)
+            fail(std::string(flag) + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
+        // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name
+        if (std::filesystem::path(path).filename().string().size() + 16 > 255)
+            fail(std::string(flag) + " " + path + ": the file name is too long (at most 239 bytes)");
+    }
+}

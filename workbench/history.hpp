@@ -1,0 +1,161 @@
+// workbench/history.hpp -- what a training run prints and records as it goes: its header, the watched
+// predictions, the table of evaluations, the gradient sizes, the loss curve and the final line. The
+// History it fills is what training.svg and the report draw.
+//
+// Sections: History; the run's header and watched inputs; a step recorded; an evaluation printed; the
+// end of the run.
+#pragma once
+
+#include <chrono>
+#include <limits>
+#include <numeric>
+
+#include "options.hpp"
+#include "terminal.hpp"
+
+using Clock = std::chrono::steady_clock;  // a clock that never jumps, for timing
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct EvalPoint {
+    long step;
+    double loss, exact, token;  // mean training loss since the last evaluation; held-out shares
+    double held_out_loss;       // teacher-forced, on the held-out set
+};
+struct History {
+    std::string header, final_line;  // the run's first lines and its final: line, as printed
+    std::vector<Example> watched;    // three held-out inputs whose predictions the run shows
+    std::vector<std::pair<std::string, std::string>> predictions;  // the watched inputs: a title, the lines
+    long first_step = 1;           // above 1 when training went on from a checkpoint
+    std::vector<double> losses;    // every step's mini-batch loss, from first_step on
+    double recent_loss = 0.0;      // the sum of the losses since the last evaluation,
+    long recent_steps = 0;         // and how many
+    std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
+    // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
+    std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
+    std::vector<std::vector<double>> gradient_norms;
+    std::vector<std::pair<std::size_t, const Param*>> tensors;  // (block, parameter) for each one, found once
+};
+
+// ---------------------------------------------------------------------------------------------
+// The run's header and the inputs it watches
+// ---------------------------------------------------------------------------------------------
+// Three held-out inputs to watch, the first with repeated digits.
+inline std::vector<Example> watched_examples(const Dataset& data) {
+    std::vector<Example> shown;
+    for (const Example& e : data.held_out) {
+        std::vector<int> s = e.source;  // the digits, PAD left out, sorted so repeats sit side by side
+        s.erase(std::remove(s.begin(), s.end(), PAD), s.end());
+        std::sort(s.begin(), s.end());
+        if (!shown.empty() || std::adjacent_find(s.begin(), s.end()) != s.end()) shown.push_back(e);
+        if (shown.size() == 3) break;
+    }
+    return shown;
+}
+
+// The watched inputs decoded now, each beside its true answer, printed under a title after a blank
+// line and kept in the history for --report.
+inline void show_examples(const std::string& title, Transformer& model, History& history) {
+    std::string lines;
+    for (const Example& e : history.watched) {
+        std::vector<int> guess = greedy_decode(model, {e.source}, int(e.target.size()))[0];
+        lines += fmt("  input %s   pred %s   true %s%s\n", digits_text(e.source, model.config).c_str(),
+                     digits_text(guess, model.config).c_str(), digits_text(e.target, model.config).c_str(),
+                     guess == e.target ? "   ok" : "");
+    }
+    std::printf("\n--- %s ---\n%s", title.c_str(), lines.c_str());
+    history.predictions.push_back({title, lines});
+}
+
+// The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched
+// inputs before the first step, and the table's head. Steps first .. last.
+inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last) {
+    History history;
+    history.first_step = first;
+    history.watched = watched_examples(data);
+    std::string steps = first == 1 ? fmt("steps %ld", last) : fmt("steps %ld to %ld", first, last);
+    std::string& header = history.header;
+    header += fmt("sorter: %s | %s, batch %d, %s, seed %llu\n", size_text(o.model, o.data).c_str(),
+                  optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
+    std::string variant = variant_text(o);
+    if (!variant.empty()) header += "variant: " + variant + "\n";
+    if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
+    header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
+    std::printf("%s", header.c_str());
+    show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, history);
+    std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
+    return history;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A step recorded, an evaluation printed
+// ---------------------------------------------------------------------------------------------
+// The block a parameter belongs to: its name up to the block's number ("encoder.0.ffn.W_1" ->
+// "encoder.0"), or up to the first dot ("embed.table" -> "embed").
+inline std::string block_of(const std::string& name) {
+    std::size_t dot = name.find('.');
+    bool numbered = dot != std::string::npos && dot + 1 < name.size() && std::isdigit((unsigned char)name[dot + 1]);
+    return name.substr(0, numbered ? name.find('.', dot + 1) : dot);
+}
+// After a backward pass, the size of each block's gradient: the square root of the sum of the squares
+// of every entry of its tensors' grads. Vanishing or exploding gradients show here first.
+inline void record_gradient_norms(Transformer& model, History& h) {
+    if (h.tensors.empty())  // the first step: which block each parameter belongs to (they come in order)
+        for (auto& [name, p] : model.parameters()) {
+            if (h.blocks.empty() || h.blocks.back() != block_of(name)) h.blocks.push_back(block_of(name));
+            h.tensors.push_back({h.blocks.size() - 1, p});
+        }
+    std::vector<double> norms(h.blocks.size(), 0.0);
+    for (auto [block, p] : h.tensors)
+        for (double g : p->grad.data) norms[block] += g * g;
+    for (double& n : norms) n = std::sqrt(n);
+    h.gradient_norms.push_back(norms);
+}
+
+// A step's loss, kept; a loss that is not finite stops the run: the logits were already nan or inf, so
+// the weights are too.
+inline void record_loss(History& history, double loss, long step, double lr) {
+    if (!std::isfinite(loss))
+        fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
+                 step, std::isnan(loss) ? "nan" : "inf", lr));
+    history.losses.push_back(loss);
+    history.recent_loss += loss;
+    history.recent_steps++;
+}
+
+// printf writes a NaN whose sign bit is set as "-nan"; a diverged loss should read "nan" every time.
+inline double plain_nan(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
+
+// One row of the table: the mean training loss since the last row, the held-out loss and accuracy.
+inline void print_evaluation(Transformer& model, const Dataset& data, long step, History& history) {
+    Accuracy a = evaluate(model, data.held_out);
+    double held_out_loss = teacher_forced_loss(model, data.held_out);
+    double recent = history.recent_loss / double(history.recent_steps);
+    history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
+    std::printf("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(recent), plain_nan(held_out_loss),
+                100 * a.exact, 100 * a.token);
+    history.recent_loss = 0.0;
+    history.recent_steps = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The end of the run
+// ---------------------------------------------------------------------------------------------
+// The final loss is the mean of the last FINAL_LOSS_WINDOW steps (or all), so --eval-every cannot change it.
+constexpr long FINAL_LOSS_WINDOW = 1000;
+
+// The loss curve, the watched inputs once more, and the final line.
+inline void end_run(Transformer& model, const Dataset& data, History& history, double train_seconds) {
+    if (!history.losses.empty()) std::printf("\n");
+    print_loss_plot(history.losses, history.first_step);  // nothing without training
+    std::size_t window = std::min<std::size_t>(FINAL_LOSS_WINDOW, history.losses.size());
+    std::string loss_text = "loss - (no training)";
+    if (window)
+        loss_text = fmt("loss %.4f (mean of the last %zu steps)",
+                        plain_nan(std::accumulate(history.losses.end() - window, history.losses.end(), 0.0) /
+                                  double(window)), window);
+    Accuracy a = evaluate(model, data.held_out);
+    show_examples("after training", model, history);
+    history.final_line = fmt("final: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n",
+                             100 * a.exact, a.exact_count, a.total, 100 * a.token, loss_text.c_str(), train_seconds);
+    std::printf("\n%s", history.final_line.c_str());
+}

@@ -1,0 +1,200 @@
+// workbench/inspect.hpp -- looking inside a model: the shape of every tensor (--trace-shapes), the
+// parameter counts (--params), what a trained model relies on (--inspect), and how it does at every
+// input length (--test-len).
+#pragma once
+
+#include "terminal.hpp"
+
+// One forward pass of a mini-batch, then a walk through the activations every block saved for its
+// backward, in order. No line of the forward is repeated: each shape is read from a saved matrix (or
+// the two that made it). The batch runs as one stack of rows, as in training: (n_seq S, d_model).
+inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
+    const ModelConfig& c = model.config;
+    Transformer::Batch sources, targets_in;
+    for (const Example& e : batch) sources.push_back(e.source), targets_in.push_back(e.target_in);
+    Matrix logits = model.forward(sources, targets_in);
+    std::size_t n_seq = batch.size(), S = sources[0].size(), T = targets_in[0].size();
+    std::printf("--- shapes on one forward pass of a training batch ---\n");
+    std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d\n\n",
+                n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab);
+    auto line = [](const std::string& what, const std::string& legend, const std::string& numbers) {
+        std::printf("  %-50s %-30s %s\n", what.c_str(), legend.c_str(), numbers.c_str());
+    };
+    auto product = [](const Linear& l) { return shape_text(l.x.rows, l.W.value.cols); };  // x W, not saved
+    auto weights = [](const Linear& l) { return shape_text(l.W.value) + ", " + shape_text(l.b.value); };
+    bool pre = c.norm == Norm::pre;
+    const std::string x_in = pre ? "LN(x)" : "x", y_in = pre ? "LN(y)" : "y";  // what a sublayer reads
+    auto attention = [&](const MultiHeadAttention& m, const std::string& Q, const std::string& K,
+                         const std::string& q_in, const std::string& kv) {  // what the queries, keys, values read
+        const AttentionCache& h = m.heads[0];
+        line("queries read " + q_in, "(n_seq " + Q + ", d_model)", shape_text(m.W_q.x));
+        line("keys and values read " + kv, "(n_seq " + K + ", d_model)", shape_text(m.W_k.x));
+        line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
+        line("Q = " + q_in + " W_q", "(n_seq " + Q + ", d_model)", product(m.W_q));
+        line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", d_model)", product(m.W_k));
+        line("one sequence's head: Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
+        line("one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
+        line("P_h = softmax(masked(Q_h K_h^T / sqrt(d_k)))", "(" + Q + ", " + K + ")", shape_text(h.P));
+        line("P_h V_h", "(" + Q + ", d_k)", shape_text(h.P.rows, h.V.cols));
+        line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(m.W_o.x));
+        line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", product(m.W_o));
+    };
+    auto feed_forward = [&](const FeedForward& f, const std::string& N, const std::string& in) {
+        line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.layer1.x));
+        line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weights(f.layer1));
+        line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", d_ff)", shape_text(f.hidden));
+        line(ACTIVATION_NAMES[int(c.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
+        line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weights(f.layer2));
+        line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)", product(f.layer2));
+    };
+    std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
+    std::printf("encoder input\n");
+    line("source tokens", "(n_seq, S)", fmt("(%zu, %zu)", n_seq, S));
+    line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
+    if (const Matrix* table = model.embed.position_table())
+        line("position table", "(max_len, d_model)", shape_text(*table));
+    line("x = table[source] * scale + positions", "(n_seq S, d_model)", shape_text(model.encoder[0].self_attn.W_k.x));
+    for (std::size_t i = 0; i < model.encoder.size(); i++) {
+        std::printf("encoder.%zu self-attention (padding mask (n_seq S, S))\n", i);
+        attention(model.encoder[i].self_attn, "S", "S", x_in, x_in);
+        std::printf("encoder.%zu feed-forward\n", i);
+        feed_forward(model.encoder[i].ffn, "S", x_in);
+    }
+    std::printf("decoder input\n");
+    line("memory = the last encoder block's output", "(n_seq S, d_model)",
+         shape_text(model.decoder[0].cross_attn.W_k.x));
+    line("decoder input tokens: START, target[0 .. T-2]", "(n_seq, T)", fmt("(%zu, %zu)", n_seq, T));
+    line("y = table[decoder input] * scale + positions", "(n_seq T, d_model)",
+         shape_text(model.decoder[0].self_attn.W_k.x));
+    for (std::size_t i = 0; i < model.decoder.size(); i++) {
+        std::printf("decoder.%zu causal self-attention (causal mask (n_seq T, T))\n", i);
+        attention(model.decoder[i].self_attn, "T", "T", y_in, y_in);
+        std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
+        attention(model.decoder[i].cross_attn, "T", "S", y_in, "memory");
+        std::printf("decoder.%zu feed-forward\n", i);
+        feed_forward(model.decoder[i].ffn, "T", y_in);
+    }
+    std::printf("output\n");
+    line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
+    line("W_out, b_out", "(d_model, vocab), (1, vocab)", weights(model.out));
+    line("logits = LN(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
+}
+
+// Parameter counts by block: "encoder.0.self_attn.W_q" counts for encoder.0, and inside it for self_attn.
+inline void print_params(Transformer& model) {
+    const ModelConfig& c = model.config;
+    struct Group { std::string block; long total = 0; std::vector<std::pair<std::string, long>> parts; };
+    std::vector<Group> groups;
+    long total = 0;
+    for (auto& [name, p] : model.parameters()) {
+        bool layered = name.rfind("encoder.", 0) == 0 || name.rfind("decoder.", 0) == 0;
+        std::size_t end = name.find('.', layered ? name.find('.') + 1 : 0);
+        std::string block = name.substr(0, end), rest = name.substr(end + 1);
+        std::string part = !layered ? rest : rest.rfind("norm", 0) == 0 ? "LayerNorms" : rest.substr(0, rest.find('.'));
+        long n = long(p->value.data.size());
+        if (groups.empty() || groups.back().block != block) groups.push_back({block, 0, {}});
+        Group& g = groups.back();
+        g.total += n, total += n;
+        auto it = std::find_if(g.parts.begin(), g.parts.end(), [&](auto& q) { return q.first == part; });
+        if (it == g.parts.end()) g.parts.push_back({part, n});
+        else it->second += n;
+    }
+    std::printf("--- parameters (d_model %d, n_heads %d, d_ff %d, V %d, layers %d+%d) ---\n", c.d_model, c.n_heads,
+                c.d_ff, c.vocab, c.enc_layers, c.dec_layers);
+    for (const Group& g : groups) {
+        std::string parts;
+        for (auto& [part, n] : g.parts) parts += (parts.empty() ? "" : ", ") + part + " " + std::to_string(n);
+        std::printf("  %-12s %9ld   %s\n", g.block.c_str(), g.total, parts.c_str());
+    }
+    std::printf("  %-12s %9ld\n", "total", total);
+}
+
+// --inspect: what a trained model relies on, measured on the held-out set.
+// (a) Exact-match with one head switched off at a time (its output left out of the join): a head the
+//     model needs costs accuracy when it is silenced; a head it does not need costs nothing.
+// (b) The pointer check. Sorting as a program (the RASP view) reads: at output step t, find the
+//     source position holding the t-th smallest digit and copy it. If a cross-attention head does
+//     that, its strongest weight at each step falls on a source position that holds the digit being
+//     emitted. The share of steps (emitting a digit, not PAD) where it does, per layer and head.
+// Head h's output fills columns h*d_k .. of the join, which meet rows h*d_k .. of W_o: with those rows
+// zero, the head adds nothing to the layer's output, exactly as if it were left out.
+inline double exact_match_without_head(Transformer& model, MultiHeadAttention& attn, int h,
+                                       const std::vector<Example>& held_out) {
+    Matrix kept = attn.W_o.W.value;
+    for (int r = h * attn.d_k; r < (h + 1) * attn.d_k; r++)
+        for (int col = 0; col < kept.cols; col++) attn.W_o.W.value.at(r, col) = 0.0;
+    double exact = evaluate(model, held_out).exact;
+    attn.W_o.W.value = kept;
+    return exact;
+}
+// The pointer check's counts: hits[l * n_heads + h] steps where decoder.l's head h pointed at the digit.
+inline long pointer_hits(Transformer& model, const std::vector<Example>& held_out, std::vector<long>& hits) {
+    const int n_heads = model.config.n_heads, layers = int(model.decoder.size());
+    hits.assign(std::size_t(layers) * n_heads, 0);
+    long steps = 0;
+    for (std::size_t chunk = 0; chunk < held_out.size(); chunk += DECODE_CHUNK) {  // greedy decoding, step by step
+        Transformer::Batch sources = sources_of(held_out, chunk);
+        Matrix memory = model.encode(sources);
+        Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});
+        for (int step = 0; step < int(held_out[chunk].target.size()); step++) {
+            decode_step(model, memory, sources, newest, step);  // this step's maps are in the heads now
+            for (std::size_t e = 0; e < newest.size(); e++) {
+                int chosen = newest[e][0];
+                if (chosen == PAD || chosen == start_token(model.config.vocab)) continue;
+                steps++;
+                for (int l = 0; l < layers; l++)
+                    for (int h = 0; h < n_heads; h++) {
+                        const Matrix& P = model.decoder[l].cross_attn.heads[e * n_heads + h].P;  // (1, S)
+                        int strongest = int(std::max_element(P.data.begin(), P.data.end()) - P.data.begin());
+                        hits[std::size_t(l) * n_heads + h] += sources[e][strongest] == chosen;
+                    }
+            }
+        }
+    }
+    return steps;
+}
+inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
+    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
+                100 * evaluate(model, held_out).exact);
+    for (const AttentionLayer& l : attention_layers(model))
+        for (int h = 0; h < l.attn->n_heads; h++)
+            std::printf("  %-36s head %d off: %5.1f%%\n", l.name.c_str(), h,
+                        100 * exact_match_without_head(model, *l.attn, h, held_out));
+    std::vector<long> hits;
+    long steps = pointer_hits(model, held_out, hits);
+    std::printf("\n--- inspect: the pointer check, over %ld decoding steps that emit a digit ---\n"
+                "share of steps whose strongest cross-attention falls on a source position holding that digit\n",
+                steps);
+    for (int l = 0, n_heads = model.config.n_heads; l < int(model.decoder.size()); l++)
+        for (int h = 0; h < n_heads; h++)
+            std::printf("  decoder.%d cross-attention head %d: %5.1f%%\n", l, h,
+                        steps ? 100.0 * hits[std::size_t(l) * n_heads + h] / steps : 0.0);
+}
+
+// --test-len N: held-out exact-match for every input length from 1 to N, on inputs training never drew.
+// A length training drew from (--min-len to --seq-len) uses the run's own held-out sequences of that
+// length; any other length is unseen whatever its digits, so 200 are drawn fresh (fewer where fewer
+// exist). Shorter inputs are padded to --seq-len, as in training. Lengths past --seq-len use positions
+// training never reached: sinusoidal ones are defined there, learned ones are rows of the table that
+// training never moved (still their random start), and --pos none has no positions to leave behind.
+inline void length_report(Transformer& model, const Dataset& data, int test_len) {
+    const DataConfig& trained = data.config;
+    std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,
+                trained.seq_len);
+    for (int len = 1; len <= test_len; len++) {
+        std::vector<Example> tests;
+        if (len >= trained.min_len && len <= trained.seq_len) {
+            for (const Example& e : data.held_out)
+                if (std::count(e.source.begin(), e.source.end(), PAD) == trained.seq_len - len) tests.push_back(e);
+        } else {
+            DataConfig d = trained;
+            d.seq_len = d.min_len = len;
+            for (const Example& e : Dataset(d, {}, 200, HELD_OUT_SEED + uint64_t(len)).held_out)
+                tests.push_back(len < trained.seq_len ? make_example(e.source, trained) : e);
+        }
+        Accuracy a = evaluate(model, tests);
+        std::printf("  length %2d: %5.1f%% (%d/%d)%s\n", len, 100 * a.exact, a.exact_count, a.total,
+                    len > trained.seq_len ? "   longer than any training input"
+                                          : len < trained.min_len ? "   shorter than any training input" : "");
+    }
+}

@@ -1,0 +1,60 @@
+// workbench/inspect_test.cpp -- tests of --inspect and --trace-shapes (inspect.hpp).
+#include "test_helpers.hpp"
+#include "inspect.hpp"
+
+// --inspect silences a head by zeroing its rows of W_o. That must be the same as leaving the head's
+// output out of the join, which zeroing its slice of W_v does in another way (its O_h = P V_h is then
+// 0): the logits agree bit for bit, differ from the model's own, and the model comes back unchanged.
+TEST_CASE("inspect: a head switched off is left out of the join, and comes back unchanged") {
+    DataConfig d = few_digits();
+    Transformer model(small_model(d), 21);
+    Dataset data(d, {}, 40, 5);
+    const std::vector<int> source = {5, 3, 1, 4}, target_in = {start_token(model.config.vocab), 1, 3, 4};
+    Matrix before = model.forward({source}, {target_in});
+    MultiHeadAttention& attn = model.decoder[0].cross_attn;
+    const Matrix W_o = attn.W_o.W.value, W_v = attn.W_v.W.value;
+    for (int r = attn.d_k; r < 2 * attn.d_k; r++)  // head 1 of 2: rows d_k .. 2 d_k - 1 of W_o
+        for (int col = 0; col < W_o.cols; col++) attn.W_o.W.value.at(r, col) = 0.0;
+    Matrix without_rows = model.forward({source}, {target_in});
+    attn.W_o.W.value = W_o;
+    for (int row = 0; row < W_v.rows; row++)  // head 1's values: columns d_k .. 2 d_k - 1 of W_v
+        for (int col = attn.d_k; col < 2 * attn.d_k; col++) attn.W_v.W.value.at(row, col) = 0.0;
+    Matrix without_values = model.forward({source}, {target_in});
+    attn.W_v.W.value = W_v;
+    CHECK(without_rows.data == without_values.data);
+    CHECK(without_rows.data != before.data);
+
+    double exact = exact_match_without_head(model, attn, 1, data.held_out);
+    CHECK(attn.W_o.W.value.data == W_o.data);
+    CHECK(model.forward({source}, {target_in}).data == before.data);
+    CHECK(exact >= 0.0);
+    CHECK(exact <= 1.0);
+}
+
+// The pointer check decodes step by step as greedy_decode does: it counts one step for every digit
+// the decoding emits, and no more hits than steps for any head.
+TEST_CASE("inspect: the pointer check counts every emitted digit once") {
+    DataConfig d = few_digits();
+    Transformer model(small_model(d), 8);
+    Dataset data(d, {}, 40, 5);
+    long digits = 0;
+    for (const std::vector<int>& out : greedy_decode_all(model, data.held_out))
+        for (int t : out) digits += t != PAD && t != start_token(model.config.vocab);
+    std::vector<long> hits;
+    CHECK(pointer_hits(model, data.held_out, hits) == digits);
+    REQUIRE(hits.size() == std::size_t(model.config.n_heads));
+    for (long h : hits) CHECK(h <= digits);
+}
+
+// --trace-shapes runs a training batch, as the code runs it: every row count is n_seq times a length.
+TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
+    DataConfig d = few_digits();
+    Transformer model(small_model(d), 3);
+    Dataset data(d, {}, 20, 5);
+    Rng draws(4);
+    std::vector<Example> batch = data.draw_batch(draws, 3);
+    trace_shapes(model, batch);
+    CHECK(model.encoder[0].self_attn.W_q.x.rows == 3 * d.seq_len);
+    CHECK(model.final_norm.x_hat.rows == 3 * d.seq_len);
+    CHECK(model.encoder[0].self_attn.heads.size() == 3u * model.config.n_heads);
+}

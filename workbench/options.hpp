@@ -1,0 +1,303 @@
+// workbench/options.hpp -- the command line: one table of every flag, --help made from it, and the
+// checks that a value is allowed (a bad one is one line on stderr and exit status 2).
+//
+// Sections: the caps on every size; Options, everything a run is asked to do; reading a flag's value
+// (Args); the table (flag_table), one row a flag; --help; parse_options and the checks between two
+// flags; the lines a run prints about its settings.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../train.hpp"
+#include "text.hpp"
+
+// Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
+// largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
+// two running means add as much again).
+constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
+constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
+constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
+constexpr double MAX_LR = 10.0;
+
+// Everything a run is asked to do. The defaults here are the defaults of the program.
+struct Options {
+    ModelConfig model;
+    DataConfig data;
+    TrainConfig train;   // a checkpoint keeps all of it but the steps, so that --load FILE --steps N goes on
+    int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
+    uint64_t seed = 1;
+    long eval_every = 500;
+    std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
+    bool help = false, bench = false, speed = false;
+    bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
+    bool inspect = false;
+    std::string svg_dir, report_path, save_path, load_path, train_data_path;
+    std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
+    std::string demo;                     // one of DEMO_NAMES
+};
+const Options DEFAULTS;
+const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
+
+// The command line, read one flag at a time; each reader takes the flag's value and checks it.
+struct Args {
+    int argc;
+    char** argv;
+    int i = 0;
+    std::string flag;  // the flag being read
+    bool has_value() const { return i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0; }
+    std::string value(const std::string& allowed) {
+        if (!has_value() || !*argv[i + 1]) fail(flag + " needs a value: " + allowed);
+        return argv[++i];
+    }
+    long whole(long lo, long hi) { return whole_or_fail(flag, value(range_text(lo, hi)), lo, hi); }
+    int choice(const std::vector<std::string>& names) {
+        return choice_or_fail(flag, value("one of " + join(names, ", ")), names);
+    }
+    double above_zero(double hi) {
+        std::string allowed = fmt("a number above 0 and at most %g, such as 0.05", hi), text = value(allowed);
+        double v = 0;
+        if (!parse_finite(text, v) || v <= 0.0 || v > hi) fail(flag + " " + text + ": expected " + allowed);
+        return v;
+    }
+};
+
+// One row of the table of options: a new flag is one row here, plus its use.
+struct Flag {
+    std::string name, value, help;  // "--d-model", "N", the --help text (the row's builder adds the default)
+    bool fixed_by_checkpoint;       // the file given to --load decides it: the two cannot be combined
+    std::function<void(Options&, Args&)> apply;           // reads the value into the options
+    std::function<std::string(const Options&)> as_given;  // "--d-model 32", or "" for a switch left off
+};
+struct FlagGroup {
+    std::string title, example;
+    bool variant;  // its settings are listed on the "variant:" line of a run when not the defaults
+    std::vector<Flag> flags;
+};
+
+// The member a flag sets, by member pointer: &Options::steps is o.train.steps, &ModelConfig::d_model o.model.d_model.
+template <typename O, typename T> auto& member(O& o, T Options::*m) { return o.*m; }
+template <typename O, typename T> auto& member(O& o, T ModelConfig::*m) { return o.model.*m; }
+template <typename O, typename T> auto& member(O& o, T DataConfig::*m) { return o.data.*m; }
+template <typename O, typename T> auto& member(O& o, T TrainConfig::*m) { return o.train.*m; }
+
+// Row builders, one for each kind of flag; the help text gets the default from DEFAULTS.
+template <typename Member>
+Flag whole_flag(const std::string& name, const std::string& help, long lo, long hi, bool fixed, Member m) {
+    return {name, "N", fmt("%s (default %ld, at most %ld)", help.c_str(), long(member(DEFAULTS, m)), hi), fixed,
+            [=](Options& o, Args& a) { member(o, m) = a.whole(lo, hi); },
+            [=](const Options& o) { return name + " " + std::to_string(member(o, m)); }};
+}
+template <typename Member>
+Flag choice_flag(const std::string& name, const std::string& help, const std::vector<std::string>& names, bool fixed,
+                 Member m) {
+    using Enum = std::decay_t<decltype(member(DEFAULTS, m))>;
+    return {name, join(names, "|"), help + " (default " + names[int(member(DEFAULTS, m))] + ")", fixed,
+            [=](Options& o, Args& a) { member(o, m) = Enum(a.choice(names)); },
+            [=](const Options& o) { return name + " " + names[int(member(o, m))]; }};
+}
+template <typename Member>
+Flag switch_flag(const std::string& name, const std::string& help, bool fixed, bool on, Member m) {
+    return {name, "", help, fixed, [=](Options& o, Args&) { member(o, m) = on; },
+            [=](const Options& o) { return member(o, m) == on ? name : ""; }};
+}
+template <typename Member>
+Flag path_flag(const std::string& name, const std::string& value, const std::string& help, bool fixed, Member m) {
+    return {name, value, help, fixed, [=](Options& o, Args& a) { member(o, m) = a.value(help); },
+            [=](const Options& o) { return member(o, m).empty() ? "" : name + " " + member(o, m); }};
+}
+inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the groups of --help
+    using O = Options; using M = ModelConfig; using D = DataConfig; using R = TrainConfig;  // short: rows fit
+    static const std::vector<FlagGroup> table = {
+        {"Model", "./sorter --d-model 32 --heads 4 --d-ff 64 --enc-layers 2 --dec-layers 2", false, {
+            whole_flag("--d-model", "width of every token vector", 1, MAX_D_MODEL, true, &M::d_model),
+            whole_flag("--heads", "attention heads; must divide d_model", 1, MAX_HEADS, true, &M::n_heads),
+            whole_flag("--d-ff", "hidden width of the feed-forward layers", 1, MAX_D_FF, true, &M::d_ff),
+            whole_flag("--enc-layers", "encoder blocks", 1, MAX_LAYERS, true, &M::enc_layers),
+            whole_flag("--dec-layers", "decoder blocks", 1, MAX_LAYERS, true, &M::dec_layers)}},
+        {"Data", "./sorter --task reverse --seq-len 6 --min-len 3", true, {
+            choice_flag("--task", "what the output is", TASK_NAMES, true, &D::task),
+            whole_flag("--seq-len", "longest input, S = T", 1, MAX_SEQ_LEN, true, &D::seq_len),
+            {"--min-len", "N", "shortest input (default: seq-len); below seq-len inputs vary in length, padded "
+             "with PAD, which the source padding mask hides from attention", true,
+             [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
+             [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
+            whole_flag("--max-digit", "digits are 1..N, so V = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
+            path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
+                      "spaces; blank lines and lines starting with # are skipped)", true, &O::train_data_path)}},
+        {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
+            whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
+                       "checkpoint stopped", 0, MAX_STEPS, false, &R::steps),
+            whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
+            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
+                              MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
+             [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
+             [](const O& o) { return fmt("--lr %g", o.train.lr); }},
+            choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
+                        &R::optimizer),
+            choice_flag("--schedule", "the learning rate over the steps: constant; linear decay towards 0; warmup: up "
+                        "for --warmup steps, then down as 1/sqrt(step)", SCHEDULE_NAMES, true, &R::schedule),
+            whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &R::warmup),
+            whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
+            whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, false, &O::eval_every),
+            whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
+                       "pass --seq-len (the position table is made that long); 0: none", 0, MAX_SEQ_LEN, true,
+                       &O::test_len),
+            path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
+                      "make reference", true, &O::dump_step_path)}},
+        {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
+            choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_NAMES, true,
+                        &M::norm),
+            choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from 4 x the "
+                        "longest input (Ruoss et al. 2023)", POSITION_NAMES, true, &M::positions),
+            choice_flag("--act", "feed-forward activation", ACTIVATION_NAMES, true, &M::activation),
+            switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
+                        &M::embed_scale),
+            {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
+             "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
+             "step h (no training)", false,
+             [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
+        {"Seeing inside", "./sorter --steps 1500 --show-attention --svg /tmp", false, {
+            switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
+                        "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
+            switch_flag("--numbers", "print the numbers below each terminal heatmap", false, true, &O::numbers),
+            switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head switched "
+                        "off, and how often cross-attention points at the digit being written", false, true,
+                        &O::inspect),
+            switch_flag("--show-pe", "the positional-encoding table as a heatmap, then stop (no training)", false,
+                        true, &O::show_pe),
+            switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
+                        &O::trace_shapes),
+            switch_flag("--params", "parameter count per block and in total, then stop", false, true, &O::params),
+            path_flag("--svg", "DIR", "write attention.svg, pe.svg and training.svg into DIR", false, &O::svg_dir),
+            path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
+                      "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
+                      &O::report_path)}},
+        {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
+         false, {
+            path_flag("--save", "FILE", "after training, write the model to FILE (plain text)", false, &O::save_path),
+            path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
+                      "train it N steps more; model, data and other training flags cannot be combined with it", false,
+                      &O::load_path),
+            {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
+             [](O& o, Args& a) {
+                 o.sort_words.clear();
+                 while (a.has_value()) o.sort_words.push_back(a.argv[++a.i]);
+                 if (o.sort_words.empty()) fail("--sort needs digits, e.g. --sort 5 3 9 1 1");
+             },
+             [](const O& o) { return join(o.sort_words, " "); }}}},
+        {"Speed", "", false, {
+            switch_flag("--bench", "print the speed table instead of training (make bench runs it)", false, true,
+                        &O::bench),
+            switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
+                        "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
+            switch_flag("--help", "this text", false, true, &O::help)}},
+    };
+    return table;
+}
+inline const Flag* find_flag(const std::string& name) {  // nullptr for a flag not in the table
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags)
+            if (f.name == name || (name == "-h" && f.name == "--help")) return &f;
+    return nullptr;
+}
+
+// --help, generated from the table: each flag and its value, then its help wrapped at 100 columns.
+inline void print_help() {
+    std::printf("sorter: a from-scratch Transformer that learns to sort digits.\n\n"
+                "usage: ./sorter [flags]      with no flags: train the default model and report\n");
+    const std::size_t left = 21;  // the column every help text starts in
+    for (const FlagGroup& g : flag_table()) {
+        std::printf("\n%s\n", g.title.c_str());
+        for (const Flag& f : g.flags) {
+            std::string text = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
+            text += text.size() < left ? std::string(left - text.size(), ' ') : "\n" + std::string(left, ' ');
+            std::size_t column = left;  // where the next word would start, after a space
+            for (const std::string& word : split_words(f.help)) {
+                if (column + word.size() > 100) {  // wrap at 100 columns, under the help of the line above
+                    text += "\n" + std::string(left, ' ');
+                    column = left;
+                }
+                text += (column > left ? " " : "") + word;
+                column += word.size() + 1;
+            }
+            std::printf("%s\n", text.c_str());
+        }
+        if (!g.example.empty()) std::printf("  example: %s\n", g.example.c_str());
+    }
+}
+
+// The options of a command line; every value is checked here, the --sort digits once the data is known.
+inline Options parse_options(int argc, char** argv) {
+    Options o;
+    Args args{argc, argv, 0, ""};
+    std::vector<const Flag*> given;
+    for (args.i = 1; args.i < argc; args.i++) {
+        args.flag = argv[args.i];
+        const Flag* f = find_flag(args.flag);
+        if (!f) fail("unknown flag '" + args.flag + "'; run ./sorter --help for the flags");
+        f->apply(o, args);
+        given.push_back(f);
+    }
+    // Checks that involve two flags.
+    DataConfig& d = o.data;
+    ModelConfig& m = o.model;
+    auto was_given = [&](const std::string& name) {
+        return std::any_of(given.begin(), given.end(), [&](const Flag* f) { return f->name == name; });
+    };
+    if (!was_given("--min-len"))
+        d.min_len = d.seq_len;  // fixed length unless asked otherwise
+    if (d.min_len > d.seq_len)
+        fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
+    if (m.d_model % m.n_heads != 0)
+        fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
+                 m.d_model));
+    if (!was_given("--lr"))
+        o.train.lr = DEFAULT_LR[int(o.train.optimizer)];
+    if (!o.dump_step_path.empty() && m.positions == Positions::random)
+        fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
+             "combined with --pos random");
+    if (!o.dump_step_path.empty() && o.train.optimizer != OptimizerKind::sgd)
+        fail("--dump-step records an SGD step for make reference; it cannot be combined with --optimizer " +
+             OPTIMIZER_NAMES[int(o.train.optimizer)]);
+    if (!o.load_path.empty())
+        for (const Flag* f : given)
+            if (f->fixed_by_checkpoint)
+                fail(f->name + " cannot be combined with --load " + o.load_path +
+                     ": the checkpoint fixes the model, its data and its training");
+    if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
+    m = fit_to_data(m, d);
+    m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
+    if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
+    return o;
+}
+
+inline Options parse_options(std::vector<std::string> words) {  // {"--heads", "4"}, as after ./sorter
+    words.insert(words.begin(), "./sorter");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    return parse_options(int(argv.size()), argv.data());
+}
+
+// The Data and Variants settings that differ from the defaults, as flags ("--task reverse --norm post").
+inline std::string variant_text(const Options& o) {
+    std::vector<std::string> v;  // (--min-len gives "" when it equals --seq-len: its default follows it)
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags)
+            if (g.variant && f.fixed_by_checkpoint && !f.as_given(o).empty() && f.as_given(o) != f.as_given(DEFAULTS))
+                v.push_back(f.as_given(o));
+    return join(v, " ");
+}
+// The lines a run prints about its settings.
+inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
+    return fmt("d_model %d, heads %d, d_ff %d, layers %d+%d, seq_len %d", m.d_model, m.n_heads, m.d_ff, m.enc_layers,
+               m.dec_layers, d.seq_len);
+}
+// "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
+inline std::string optimizer_text(const Options& o) {
+    std::string text = fmt("%s lr %g, schedule %s", OPTIMIZER_TITLES[int(o.train.optimizer)].c_str(), o.train.lr,
+                           SCHEDULE_NAMES[int(o.train.schedule)].c_str());
+    return o.train.schedule == Schedule::warmup ? text + fmt(" %ld", o.train.warmup) : text;
+}

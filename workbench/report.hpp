@@ -1,0 +1,162 @@
+// workbench/report.hpp -- --report FILE: one HTML page of the run, whole in itself (inline SVG, CSS and a few lines of
+// JavaScript; nothing fetched), that any browser opens from the disk. It is well-formed XML too, so
+// a strict parser accepts it (make check-report checks that, and renders it in a headless browser).
+//
+// Sections: the page's style and script; the decoding replay; the page.
+#pragma once
+
+#include "svg.hpp"
+
+// The page's style, and its script: the replay's buttons show one step at a time, or all of them.
+// (The CDATA marks keep a strict XML parser from reading the CSS's and the script's characters as markup.)
+const char* const REPORT_STYLE = R"(<style>/*<![CDATA[*/
+body { font-family: sans-serif; margin: 2em auto; max-width: 1250px; padding: 0 1em; color: #222; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
+section { margin-bottom: 2.5em; } svg { max-width: 100%; height: auto; }
+.row { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }
+.bar { display: inline-block; height: 0.8em; background: rgb(8,48,107); }
+table.top td { padding: 0.1em 0.6em; }
+table.mistakes td { padding: 0.1em 1em; font-family: monospace; }
+nav a { margin-right: 1em; } .controls button { margin-right: 0.5em; }
+/*]]>*/</style>
+)";
+const char* const REPORT_SCRIPT = R"(<script>//<![CDATA[
+(function () {  // the replay: one step at a time, or all of them
+  var steps = document.querySelectorAll('#replay .step'), at = 0, all = false;
+  function show() {
+    for (var i = 0; i != steps.length; i++) steps[i].style.display = (all || i === at) ? '' : 'none';
+    document.getElementById('shown').textContent =
+      all ? 'all steps' : 'step ' + (at + 1) + ' of ' + steps.length;
+  }
+  function go(to) { all = false; at = Math.max(0, Math.min(steps.length - 1, to)); show(); }
+  document.getElementById('previous').onclick = function () { go(at - 1); };
+  document.getElementById('next').onclick = function () { go(at + 1); };
+  document.getElementById('all').onclick = function () { all = true; show(); };
+  show();
+  document.body.setAttribute('data-ready', 'yes');  // make check-report looks for this
+})();
+//]]></script>
+)";
+
+// The step-by-step replay of greedy decoding: at step t the decoder has read START and the first t
+// output tokens; each cross-attention head's row t says where in the source it looked, and the
+// softmax of the logits' row t gives the next token's probabilities. One teacher-forced pass over
+// the output gives every step at once, the same bits as the decoding steps (a test checks that). The page
+// numbers the steps from 1: row t is step t + 1.
+inline std::string replay_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output) {
+    const ModelConfig& c = model.config;
+    std::vector<int> dec_in = shifted_right(output, c.vocab);
+    Matrix probs = softmax_rows(model.forward({source}, {dec_in}));  // (T, V)
+    std::vector<AttentionLayer> cross;
+    for (const AttentionLayer& l : attention_layers(model))
+        if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
+    std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), head_labels;
+    int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
+    std::string which = shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads) : "";
+    for (const AttentionLayer& l : cross)
+        for (int h = 0; h < shown; h++)  // "decoder.0 h1"
+            head_labels.push_back(fmt("%s h%d", l.name.substr(0, l.name.find(' ')).c_str(), h));
+    std::string html;
+    for (int t = 0; t < int(output.size()); t++) {
+        // (dec_layers x shown, S): row t of the P of each head shown, from each cross-attention layer
+        Matrix cross_rows(int(head_labels.size()), int(source.size()));
+        for (std::size_t l = 0, r = 0; l < cross.size(); l++)
+            for (int h = 0; h < shown; h++, r++)
+                for (int s = 0; s < cross_rows.cols; s++) cross_rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
+        std::vector<int> order(c.vocab);
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                          [&](int a, int b) { return probs.at(t, a) > probs.at(t, b); });
+        std::vector<std::string> so_far(read.begin(), read.begin() + t + 1);
+        // Cells of 13 pixels at least, so that every head's row has its label.
+        SvgHeatmap hm(cross_rows.rows, cross_rows.cols, std::max(320.0, 13.0 * cross_rows.cols), 26);
+        hm.row_label = 90;
+        hm.title = 0;
+        std::string top3;
+        for (int k = 0; k < 3; k++)
+            top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %.4f</td></tr>",
+                        svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]),
+                        probs.at(t, order[k]));
+        html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
+                    "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
+                    svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),
+                    which.c_str()) +
+                svg_document(hm.width(cross_rows) + 20, hm.height(cross_rows) + 10,
+                             hm.draw(0, 0, "", cross_rows, head_labels, src, 1.0, false, true)) +
+                "</div><div>the three likeliest next tokens:<table class=\"top\">"
+                "<tr><th>token</th><th>probability</th></tr>" +
+                top3 + "</table></div></div></div>\n";
+    }
+    return html;
+}
+
+inline std::string html_escape(const std::string& s) { return svg_escape(s); }  // the same four characters
+
+// The held-out sequences the model gets wrong: how many, and the first MOST_MISTAKES of them.
+constexpr long MOST_MISTAKES = 20;
+inline std::string mistakes_html(Transformer& model, const std::vector<Example>& held_out) {
+    const ModelConfig& c = model.config;
+    std::vector<std::string> wrong;
+    long wrong_count = 0;
+    std::vector<std::vector<int>> guesses = greedy_decode_all(model, held_out);
+    for (std::size_t k = 0; k < held_out.size(); k++) {
+        const Example& e = held_out[k];
+        if (guesses[k] == e.target) continue;
+        if (++wrong_count <= MOST_MISTAKES)
+            wrong.push_back("<tr><td>" + html_escape(digits_text(e.source, c)) + "</td><td>" +
+                            html_escape(digits_text(guesses[k], c)) + "</td><td>" +
+                            html_escape(digits_text(e.target, c)) + "</td></tr>\n");
+    }
+    std::string html = fmt("<p>%ld of the %zu held-out sequences are wrong%s.</p>\n", wrong_count, held_out.size(),
+                           wrong_count > MOST_MISTAKES ? fmt("; the first %ld", MOST_MISTAKES).c_str() : "");
+    if (!wrong.empty())
+        html += "<table class=\"mistakes\"><tr><th>input</th><th>prediction</th><th>truth</th></tr>\n" +
+                join(wrong, "") + "</table>\n";
+    return html;
+}
+
+// The page: the run as `h` recorded it (no curves when nothing was trained), the attention and the decoding of
+// `source`, the position table, and the held-out sequences the model gets wrong.
+inline std::string report_html(Transformer& model, const History& h, const std::vector<int>& source,
+                               const std::vector<Example>& held_out) {
+    const ModelConfig& c = model.config;
+    std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
+    std::string page = std::string("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n"
+                                   "<head>\n<meta charset=\"utf-8\"/>\n<title>sorter: a report of one run</title>\n") +
+                       REPORT_STYLE + "</head>\n<body>\n<h1>sorter: a report of one run</h1>\n"
+                       "<nav><a href=\"#run\">the run</a><a href=\"#curves\">loss and accuracy</a>"
+                       "<a href=\"#gradients\">gradient flow</a><a href=\"#attention\">attention</a>"
+                       "<a href=\"#replay\">decoding step by step</a><a href=\"#positions\">positions</a>"
+                       "<a href=\"#mistakes\">mistakes</a></nav>\n";
+    page += "<section id=\"run\"><h2>The run</h2>\n<pre>" + html_escape(h.header) + html_escape(h.final_line) +
+            "</pre>\n";
+    for (const auto& [title, text] : h.predictions)
+        page += "<h3>" + html_escape(title) + "</h3>\n<pre>" + html_escape(text) + "</pre>\n";
+    page += "</section>\n";
+    if (!h.losses.empty())
+        page += "<section id=\"curves\"><h2>Loss and accuracy</h2>\n" + training_svg(h) + "</section>\n"
+                "<section id=\"gradients\"><h2>Gradient flow: the backward pass made visible</h2>\n<p>After every "
+                "step's backward pass, the size of each block's gradient (the square root of the sum of its squared "
+                "entries). A line falling towards 0 would be a vanishing gradient; one shooting up, an exploding "
+                "one.</p>\n" + gradient_svg(h) + "</section>\n";
+    else
+        page += "<section id=\"curves\"><h2>Loss, accuracy and gradient flow</h2><p>Not trained in this run "
+                "(a model loaded with --load): no curves.</p></section>\n";
+    std::string example = "input " + digits_text(source, c) + ", output " + digits_text(output, c);
+    page += "<section id=\"attention\"><h2>Attention</h2>\n<p>Every head of every layer for " + html_escape(example) +
+            ". Hold the pointer on a cell to read its weight.</p>\n" +
+            attention_svg(attention_maps(model, source, output), c.n_heads, "Attention maps: " + example) +
+            "</section>\n";
+    page += "<section id=\"replay\"><h2>Decoding, step by step</h2>\n<p class=\"controls\"><button id=\"previous\" "
+            "type=\"button\">previous</button><button id=\"next\" type=\"button\">next</button><button id=\"all\" "
+            "type=\"button\">all steps</button> <span id=\"shown\"></span></p>\n" + replay_html(model, source, output) +
+            "</section>\n";
+    page += "<section id=\"positions\"><h2>The positional encoding</h2>\n";
+    if (const Matrix* table = model.embed.position_table())
+        page += positions_svg(*table, POSITION_NAMES[int(c.positions)]);
+    else
+        page += "<p>--pos none: the model adds no positions.</p>\n";
+    page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out);
+    page += std::string("</section>\n") + REPORT_SCRIPT + "</body>\n</html>\n";
+    return page;
+}

@@ -1,0 +1,117 @@
+// workbench/run_test.cpp -- tests of main.cpp's run(): what a whole run does with bad paths, a missing held-out set, a diverging loss.
+#define SORTER_NO_MAIN  // main.cpp without its main(): run() and finish_output() are called directly
+#include "../main.cpp"
+#include "test_helpers.hpp"
+
+TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
+    auto run_error = [](const std::vector<std::string>& args) {
+        Options o;
+        std::string parse = parse_error(args, &o);
+        if (!parse.empty()) return parse;
+        try {
+            run(o);
+            return std::string();
+        } catch (const UsageError& e) {
+            return e.message;
+        }
+    };
+    CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: no such directory"));
+    CHECK(contains(run_error({"--save", "/nonexistent/dir/m.txt", "--steps", "1"}), "--save /nonexistent/dir/m.txt"));
+    CHECK(contains(run_error({"--sort", "1", "2", "3", "4", "12", "--params"}), "--sort 1 2 3 4 12: '12'"));
+    CHECK(contains(run_error({"--load", "/nonexistent/model.txt"}), "--load /nonexistent/model.txt: cannot open"));
+    CHECK(contains(run_error({"--train-data", "/nonexistent/data.txt", "--params"}), "--train-data /nonexistent"));
+    TempDir dir("run-paths");
+    CHECK(contains(run_error({"--save", dir.path.string(), "--steps", "1"}), "is a directory"));
+    CHECK(contains(run_error({"--save", dir.file(std::string(250, 'm')), "--steps", "1"}), "file name is too long"));
+    std::ofstream(dir.file("plain.txt")) << "not a directory\n";
+    CHECK(contains(run_error({"--svg", dir.file("plain.txt"), "--params"}), "not a directory"));
+    std::ofstream(dir.file("bad.txt")) << "5 3 9 1 1\n5 3 x 1 1\n";
+    CHECK(contains(run_error({"--train-data", dir.file("bad.txt"), "--params"}), "bad.txt line 2: 'x'"));
+    REQUIRE(mkfifo(dir.file("pipe").c_str(), 0644) == 0);  // refused at once, not after a million steps
+    CHECK(contains(run_error({"--save", dir.file("pipe"), "--steps", "1000000"}), "not a regular file"));
+    std::filesystem::create_directory(dir.file("read-only"));
+    std::filesystem::permissions(dir.file("read-only"), std::filesystem::perms::owner_read |
+                                                        std::filesystem::perms::owner_exec);
+    if (geteuid() != 0) {  // root may write anywhere, so only another user can see this refusal
+        CHECK(contains(run_error({"--save", dir.file("read-only/m.txt"), "--steps", "1"}), "cannot write into"));
+        CHECK(contains(run_error({"--svg", dir.file("read-only"), "--params"}), "cannot write into this directory"));
+    }
+    std::filesystem::permissions(dir.file("read-only"), std::filesystem::perms::owner_all);
+}
+
+
+// A run that diverges stops at the step whose loss is not finite, names that step and what to try,
+// and leaves nothing behind: before, --lr 1.5 --steps 6000 exited 0 with "loss nan" in its table.
+// Output that cannot be written is an error: before, ./sorter > /dev/full exited 0.
+TEST_CASE("finish_output: a write error is reported with exit status 1") {
+    std::FILE* full = std::fopen("/dev/full", "w");
+    REQUIRE(full != nullptr);
+    std::fputs("final: exact-match 100.0%\n", full);
+    CHECK(finish_output(full, 0) == 1);
+    std::fclose(full);
+    std::FILE* fine = std::tmpfile();
+    REQUIRE(fine != nullptr);
+    std::fputs("final: exact-match 100.0%\n", fine);
+    CHECK(finish_output(fine, 0) == 0);
+    CHECK(finish_output(fine, 2) == 2);  // a usage error keeps its own status
+    std::fclose(fine);
+}
+
+// With one possible input (digits 1..1, length 1) nothing can be held out: say so before training,
+// instead of reporting "exact-match 0.0% (0/0)" as before.
+TEST_CASE("run(): a configuration with no held-out set says so") {
+    Options o;
+    REQUIRE(parse_error({"--max-digit", "1", "--seq-len", "1", "--steps", "5"}, &o) == "");
+    try {
+        run(o);
+        FAIL("trained without a held-out set");
+    } catch (const UsageError& e) {
+        CHECK(contains(e.message, "no held-out set is possible: --seq-len 1 --min-len 1 --max-digit 1 allow only 1 "
+                                  "different input;"));
+        CHECK(contains(e.message, "raise --seq-len or --max-digit"));
+    }
+}
+
+TEST_CASE("training stops at the step it diverges, and writes nothing") {
+    TempDir dir("diverge");
+    Options o;
+    REQUIRE(parse_error({"--lr", "10", "--steps", "300", "--save", dir.file("m.txt"), "--svg", dir.path.string()},
+                        &o) == "");
+    try {
+        run(o);
+        FAIL("a diverging run finished");
+    } catch (const UsageError& e) {
+        CHECK(contains(e.message, "training diverged at step 11 (loss nan)"));
+        CHECK(contains(e.message, "try a smaller --lr than 10"));
+    }
+    CHECK(dir.listing().empty());
+}
+
+TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
+    History h;
+    h.losses = {2.0, 1.0, std::numeric_limits<double>::infinity(), std::nan("")};
+    h.evals = {{4, std::nan(""), 0.0, 0.0, std::nan("")}};
+    std::string svg = training_svg(h);
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(!contains(svg, "nan"));
+    CHECK(!contains(svg, "inf"));
+    print_loss_plot(h.losses);  // must return, not loop or crash
+    h.losses = {std::nan(""), std::nan("")};
+    CHECK(contains(training_svg(h), "not finite"));
+    print_loss_plot(h.losses);
+
+    ModelConfig c;
+    DataConfig d;
+    Transformer model(c, 1);
+    model.out.b.value.at(0, 3) = std::nan("");
+    TempDir dir("diverged");
+    try {
+        save_checkpoint(dir.file("m.txt"), model, Saved{d});
+        FAIL("a model holding nan was saved");
+    } catch (const UsageError& e) {
+        CHECK(contains(e.message, "tensor 'out.b' holds nan or inf"));
+    }
+    CHECK(dir.listing().empty());
+}
+
+

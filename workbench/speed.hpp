@@ -1,0 +1,119 @@
+// workbench/speed.hpp -- --speed (one configuration; make compare sets it beside PyTorch) and --bench
+// (the speed table of docs/performance.md; make bench runs it).
+//
+// Sections: training examples per second; the FLOPs of a forward pass; --speed; --bench.
+#pragma once
+
+#include <sys/resource.h>  // getrusage (POSIX): peak memory for the benchmark
+#include <unistd.h>        // sysconf (POSIX): the processors online
+
+#include <fstream>
+
+#include "history.hpp"
+
+// Training examples per second: steps (draw, forward, backward, SGD) for `seconds`, after a 10% warm-up.
+inline double examples_per_second(const Options& o, double seconds) {
+    Dataset data(o.data, {}, 0);
+    Transformer model(o.model, 1);
+    Rng rng = training_rng(1);
+    Optimizer optimizer(o.train.optimizer);
+    auto step = [&] { train_step(model, data.draw_batch(rng, o.train.batch), o.train.lr, optimizer); };
+    for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) step();
+    long steps = 0;
+    auto t0 = Clock::now();
+    double elapsed = 0.0;
+    for (; (elapsed = seconds_since(t0)) < seconds; steps++) step();
+    return double(steps) * o.train.batch / elapsed;
+}
+
+// Matmul FLOPs (2 m n k for an (m, k) by (k, n) product) of one teacher-forced forward pass of one
+// example. A training step costs about 3x this: the backward of every product is two products.
+inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
+    double S = d.seq_len, T = d.seq_len, d_model = c.d_model, h = c.n_heads, d_k = d_model / h;
+    auto attention = [&](double Lq, double Lk) {
+        return 2 * (Lq + Lk) * d_model * d_model * 2  // W_q, W_o on Lq rows; W_k, W_v on Lk rows
+               + h * 2 * Lq * Lk * d_k * 2;           // Q K^T and P V in every head
+    };
+    double ffn = 2 * T * d_model * c.d_ff * 2;
+    return c.enc_layers * (attention(S, S) + ffn) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn) +
+           2 * T * d_model * c.vocab;
+}
+inline void run_speed(const Options& o) {  // --speed: two lines for make compare
+    double rate = examples_per_second(o, 1.0);
+    std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
+                size_text(o.model, o.data).c_str(), o.train.batch,
+                3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
+    Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
+    Transformer model(o.model, o.seed);
+    auto t0 = Clock::now();
+    evaluate(model, data.held_out);
+    std::printf("sorter --speed: one held-out evaluation (%zu sequences, greedy) in %.2f s\n", data.held_out.size(),
+                seconds_since(t0));
+}
+#ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
+#define SORTER_CXXFLAGS "(not recorded)"
+#endif
+// The speed table of README.md's Performance section, every figure measured in this run. Each row
+// is a command line, as a user would type it after ./sorter --speed.
+inline void run_bench(const Options& o) {
+    std::string cpu = "unknown CPU";
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.rfind("model name", 0) == 0) cpu = line.substr(line.find(':') + 2);
+    std::printf("sorter --bench: %ld processors online, %s; one thread\ncompiler: %s, flags: %s\n",
+                sysconf(_SC_NPROCESSORS_ONLN), cpu.c_str(), __VERSION__, SORTER_CXXFLAGS);
+    const std::string mid = "--d-model 64 --heads 4 --d-ff 256 --enc-layers 2 --dec-layers 2 --seq-len 10";
+    struct Row { std::string what, flags; bool vs_above; };  // vs_above: print examples/s over the row above's
+    std::vector<Row> rows = {{"default, batch 1", "--batch 1", false}, {"default, batch 32", "--batch 32", false},
+                             {"mid, batch 1", mid + " --batch 1", false}, {"mid, batch 32", mid + " --batch 32", false}};
+    for (int k = 0; k < 4; k++)
+        rows.push_back({fmt("seq_len %d, batch 32", 4 << k), fmt("--seq-len %d --batch 32", 4 << k), k > 0});
+    for (int k = 0, n = 16; k < 4; k++, n *= 2)
+        rows.push_back({fmt("d_model %d, d_ff %d, batch 32", n, 2 * n), fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n),
+                        k > 0});
+    std::printf("\n  %-34s %10s %14s %9s %6s\n", "training, 1 s a row", "examples/s", "FLOPs/example", "GFLOP/s",
+                "x prev");
+    double previous = 0;
+    for (const Row& row : rows) {
+        Options r = parse_options(split_words(row.flags));
+        double rate = examples_per_second(r, 1.0);
+        double flops = 3 * matmul_flops_forward(r.model, r.data);
+        std::string ratio = row.vs_above ? fmt(" %6.2f", rate / previous) : "";
+        std::printf("  %-34s %10.0f %14.0f %9.2f%s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,
+                    ratio.c_str());
+        previous = rate;
+    }
+    Options m = parse_options(split_words(mid));
+    std::printf("  (default: %s; mid: %s)\n", size_text(DEFAULTS.model, DEFAULTS.data).c_str(),
+                size_text(m.model, m.data).c_str());
+    // Time to accuracy with this run's settings (the defaults unless flags say otherwise): evaluate
+    // every 100 steps, evaluation time not counted; note the first step at 99% and at 100%.
+    Dataset data(o.data);
+    Transformer model(o.model, o.seed);
+    Rng rng = training_rng(o.seed);
+    Optimizer optimizer(o.train.optimizer);
+    double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
+    long decoded = 0;
+    int reached = 0;  // how many of the targets
+    std::printf("time to exact match on the %zu held-out sequences (batch %d, %s, seed %llu)\n",
+                data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
+    for (long step = 1; step <= o.train.steps && reached < 2; step++) {
+        auto t0 = Clock::now();
+        training_step(model, data, o.train, optimizer, rng, step, o.train.steps);
+        train_seconds += seconds_since(t0);
+        if (step % 100 != 0) continue;
+        auto t1 = Clock::now();
+        double exact = evaluate(model, data.held_out).exact;
+        decode_seconds += seconds_since(t1);
+        decoded += long(data.held_out.size());
+        for (; reached < 2 && exact >= targets[reached]; reached++)
+            std::printf("  %s: %.2f s of training, step %ld, %ld examples\n", reached ? "100%" : "99%", train_seconds,
+                        step, step * o.train.batch);
+    }
+    if (decoded)
+        std::printf("greedy decoding: %.1f us per sequence (100 together, keys and values kept)\n",
+                    1e6 * decode_seconds / decoded);
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    std::printf("peak memory (resident set): %ld kB\n", usage.ru_maxrss);
+}
