@@ -10,6 +10,7 @@
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 CXX      ?= g++
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)  # the test objects build side by side
 # -march=native: use this CPU's vector instructions (the binary may not run on another machine).
 CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
 # The flags the numbers depend on stay out of what a user overrides (make CXXFLAGS=...):
@@ -45,17 +46,19 @@ doctest:
 	  fi; \
 	fi
 
-# make test: one binary, one doctest summary. tests.cpp (the tutorial's lab notebook: matrix.hpp,
-# model.hpp and train.hpp only) and each workbench/*_test.cpp compile to an object of their own, so an
-# edit recompiles only what it touches; doctest's main() is compiled once, into doctest-main.o.
+# make test: one binary, one doctest summary. tests.cpp is the tutorial's lab notebook (matrix.hpp,
+# model.hpp and train.hpp only), built with the program's flags: it trains. The workbench's tests,
+# workbench/*_test.cpp beside the headers they test, compile together as one unit at -O1: they read
+# and write files and make short runs, and one unit reads the program's headers once. doctest's main()
+# is compiled once, into doctest-main.o.
 doctest-main.o: | doctest
 	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
 	  $(CXX) -std=c++17 -O1 -x c++ -c -o $@ -
 tests.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) -c -o $@ tests.cpp
-workbench/%_test.o: workbench/%_test.cpp main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
-	$(CXX) $(FIXED) $(CXXFLAGS) -c -o $@ $<
-tests: doctest-main.o tests.o $(WORKBENCH_TESTS:.cpp=.o)
+workbench-tests.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
+	printf '#include "%s"\n' $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. -x c++ -c -o $@ -
+tests: doctest-main.o tests.o workbench-tests.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $^
 
 test: tests
@@ -71,8 +74,8 @@ gradcheck: gradcheck-tests
 	@./gradcheck-tests -tc="gradient:*"
 
 tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -o $@ \
-	  tests.cpp $(WORKBENCH_TESTS) doctest-main.o
+	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
+	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. -x c++ -o $@ - -x none doctest-main.o
 
 sanitize: tests-sanitize
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
@@ -120,4 +123,4 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	done
 
 clean:
-	rm -f sorter tests tests.o workbench/*.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*
+	rm -f sorter tests tests.o workbench-tests.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*

@@ -765,7 +765,8 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
 // ---------------------------------------------------------------------------------------------
 
 // The gradient train_step hands to SGD, checked against finite differences of the mean
-// cross-entropy over a batch of two examples, for every entry of every tensor in parameters().
+// cross-entropy over a batch of two examples (stacked, as train_step runs them), for every entry of
+// every tensor in parameters().
 // The second example's source is two digits and two PADs, so padding masks are on the path.
 // sgd_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
 // The parameters are jittered first, so gamma, beta and the biases are not at their initial
@@ -783,11 +784,11 @@ void check_model(const std::string& name, const ModelConfig& c) {
     auto loss = [&] {
         model.position_draws = draws;
         model.training = true;  // as in train_step, whose gradient this checks
+        Matrix logits = model.forward({batch[0].source, batch[1].source}, {batch[0].target_in, batch[1].target_in});
         double L = 0.0;
-        for (const Example& e : batch) {
-            Matrix logits = model.forward({e.source}, {e.target_in});
-            Matrix unused(logits.rows, logits.cols);
-            L += cross_entropy(logits, e.target, 1.0, unused) / double(batch.size());
+        for (int e = 0, T = d.seq_len; e < 2; e++) {  // example e owns rows e*T .. of the stacked logits
+            Matrix unused(T, logits.cols);
+            L += cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, 1.0, unused) / 2.0;
         }
         model.training = false;
         return L;

@@ -166,18 +166,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     }
 }
 
-// The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
-inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
-    WordReader r{in, where};
-    std::string magic = r.next();
-    if (magic != "sorter-checkpoint")
-        r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
-    std::string version = r.expect("the format version");
-    if (version != "1" && version != "2")
-        r.error("format version " + version + " is not supported (this program reads versions 1 and 2)");
-    ModelConfig c;
-    DataConfig d;
-    // The header, in the order write_checkpoint writes it.
+// The header, in the order write_checkpoint writes it, each value checked, then the values that must agree.
+inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d) {
     c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
     c.max_len = r.whole("max_len", 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN);
     c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
@@ -193,27 +183,35 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, S
     d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN);
     d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
     d.max_digit = r.whole("max_digit", 1, MAX_DIGIT);
-    std::string header = where + " header: ";  // two header values that disagree
+    std::string header = r.where + " header: ";  // two header values that disagree
     if (c.d_model % c.n_heads != 0)
         fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
     if (c.max_len < d.seq_len) fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len));
-    long count = r.whole("tensors", 1, 1000);
-    // Every value takes at least two bytes (a digit and a space or newline), so a file too short for
-    // the model its header describes is refused before that model is allocated. (A pipe, which
-    // cannot tell its length, skips this; the caps on every size still bound the allocation.)
-    std::streampos here = in.tellg();
-    in.seekg(0, std::ios::end);
-    std::streamoff left = in.tellg() - here;
-    in.clear();
-    in.seekg(here);
-    if (here >= 0 && left >= 0 && left < 2 * parameter_count(c))
+}
+
+// Every value takes at least two bytes (a digit and a space or newline), so a file too short for the
+// model its header describes is refused before that model is allocated. A pipe cannot tell its length:
+// it skips this (the caps on every size still bound the allocation), and its stream is left as it was.
+inline void check_room_for(WordReader& r, const ModelConfig& c) {
+    std::streampos here = r.in.tellg();
+    if (here < 0) {  // not a file: tellg failed and set failbit, which the reading below must not see
+        r.in.clear();
+        return;
+    }
+    r.in.seekg(0, std::ios::end);
+    std::streamoff left = r.in.tellg() - here;
+    r.in.clear();
+    r.in.seekg(here);
+    if (left >= 0 && left < 2 * parameter_count(c))
         r.error(fmt("the file ends early (truncated): this header describes %ld values, and only %lld bytes follow",
                     parameter_count(c), (long long)left));
-    // The tensors in the file must now match the model this header describes, name by name and shape by shape.
-    Transformer model(c, 0);
+}
+
+// The tensors, which must match the model the header describes, name by name and shape by shape.
+inline void read_tensors(WordReader& r, Transformer& model, long count) {
     auto params = model.parameters();
     if (count != long(params.size()))
         r.error(fmt("the header lists %ld tensors; this configuration has %zu", count, params.size()));
@@ -233,6 +231,24 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, S
             r.error(tensor + " has shape (" + rw + ", " + cw + "); this configuration needs " + shape_text(m));
         read_values(r, tensor, m);
     }
+}
+
+// The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
+inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
+    WordReader r{in, where};
+    std::string magic = r.next();
+    if (magic != "sorter-checkpoint")
+        r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
+    std::string version = r.expect("the format version");
+    if (version != "1" && version != "2")
+        r.error("format version " + version + " is not supported (this program reads versions 1 and 2)");
+    ModelConfig c;
+    DataConfig d;
+    read_header(r, c, d);
+    long count = r.whole("tensors", 1, 1000);
+    check_room_for(r, c);
+    Transformer model(c, 0);
+    read_tensors(r, model, count);
     saved = Saved(d);  // version 1: no training kept, so --steps starts afresh with the training flags' defaults
     std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
     if (w.empty()) r.error("the file ends early (truncated): expected " + last);

@@ -5,9 +5,40 @@
 
 #include "terminal.hpp"
 
-// One forward pass of a mini-batch, then a walk through the activations every block saved for its
-// backward, in order. No line of the forward is repeated: each shape is read from a saved matrix (or
-// the two that made it). The batch runs as one stack of rows, as in training: (n_seq S, d_model).
+// --trace-shapes: one forward pass of a mini-batch, then a walk through the activations every block
+// saved for its backward, in order. No line of the forward is repeated: each shape is read from a saved
+// matrix (or the two that made it). The batch runs as one stack of rows, as in training: (n_seq S, d_model).
+inline void shape_line(const std::string& what, const std::string& legend, const std::string& numbers) {
+    std::printf("  %-50s %-30s %s\n", what.c_str(), legend.c_str(), numbers.c_str());
+}
+inline std::string product_shape(const Linear& l) { return shape_text(l.x.rows, l.W.value.cols); }  // x W, not saved
+inline std::string weight_shapes(const Linear& l) { return shape_text(l.W.value) + ", " + shape_text(l.b.value); }
+// One attention layer: Q and K are the legends' lengths ("T", "S"), q_in and kv what the queries and the
+// keys and values read.
+inline void trace_attention(const MultiHeadAttention& m, const std::string& Q, const std::string& K,
+                            const std::string& q_in, const std::string& kv) {
+    const AttentionCache& h = m.heads[0];
+    shape_line("queries read " + q_in, "(n_seq " + Q + ", d_model)", shape_text(m.W_q.x));
+    shape_line("keys and values read " + kv, "(n_seq " + K + ", d_model)", shape_text(m.W_k.x));
+    shape_line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
+    shape_line("Q = " + q_in + " W_q", "(n_seq " + Q + ", d_model)", product_shape(m.W_q));
+    shape_line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", d_model)", product_shape(m.W_k));
+    shape_line("one sequence's head: Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
+    shape_line("one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
+    shape_line("P_h = softmax(masked(Q_h K_h^T / sqrt(d_k)))", "(" + Q + ", " + K + ")", shape_text(h.P));
+    shape_line("P_h V_h", "(" + Q + ", d_k)", shape_text(h.P.rows, h.V.cols));
+    shape_line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(m.W_o.x));
+    shape_line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", product_shape(m.W_o));
+}
+inline void trace_feed_forward(const FeedForward& f, const std::string& N, const std::string& in) {
+    shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.layer1.x));
+    shape_line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weight_shapes(f.layer1));
+    shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", d_ff)", shape_text(f.hidden));
+    shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
+    shape_line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weight_shapes(f.layer2));
+    shape_line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
+               product_shape(f.layer2));
+}
 inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
     const ModelConfig& c = model.config;
     Transformer::Batch sources, targets_in;
@@ -17,67 +48,38 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
     std::printf("--- shapes on one forward pass of a training batch ---\n");
     std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d\n\n",
                 n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab);
-    auto line = [](const std::string& what, const std::string& legend, const std::string& numbers) {
-        std::printf("  %-50s %-30s %s\n", what.c_str(), legend.c_str(), numbers.c_str());
-    };
-    auto product = [](const Linear& l) { return shape_text(l.x.rows, l.W.value.cols); };  // x W, not saved
-    auto weights = [](const Linear& l) { return shape_text(l.W.value) + ", " + shape_text(l.b.value); };
-    bool pre = c.norm == Norm::pre;
-    const std::string x_in = pre ? "LN(x)" : "x", y_in = pre ? "LN(y)" : "y";  // what a sublayer reads
-    auto attention = [&](const MultiHeadAttention& m, const std::string& Q, const std::string& K,
-                         const std::string& q_in, const std::string& kv) {  // what the queries, keys, values read
-        const AttentionCache& h = m.heads[0];
-        line("queries read " + q_in, "(n_seq " + Q + ", d_model)", shape_text(m.W_q.x));
-        line("keys and values read " + kv, "(n_seq " + K + ", d_model)", shape_text(m.W_k.x));
-        line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
-        line("Q = " + q_in + " W_q", "(n_seq " + Q + ", d_model)", product(m.W_q));
-        line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", d_model)", product(m.W_k));
-        line("one sequence's head: Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
-        line("one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
-        line("P_h = softmax(masked(Q_h K_h^T / sqrt(d_k)))", "(" + Q + ", " + K + ")", shape_text(h.P));
-        line("P_h V_h", "(" + Q + ", d_k)", shape_text(h.P.rows, h.V.cols));
-        line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(m.W_o.x));
-        line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", product(m.W_o));
-    };
-    auto feed_forward = [&](const FeedForward& f, const std::string& N, const std::string& in) {
-        line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.layer1.x));
-        line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weights(f.layer1));
-        line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", d_ff)", shape_text(f.hidden));
-        line(ACTIVATION_NAMES[int(c.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
-        line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weights(f.layer2));
-        line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)", product(f.layer2));
-    };
-    std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
-    std::printf("encoder input\n");
-    line("source tokens", "(n_seq, S)", fmt("(%zu, %zu)", n_seq, S));
-    line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
+    const std::string x_in = c.norm == Norm::pre ? "LN(x)" : "x", y_in = c.norm == Norm::pre ? "LN(y)" : "y";
+    std::printf("  %-50s %-30s %s\nencoder input\n", "tensor", "legend", "this run");
+    shape_line("source tokens", "(n_seq, S)", fmt("(%zu, %zu)", n_seq, S));
+    shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
     if (const Matrix* table = model.embed.position_table())
-        line("position table", "(max_len, d_model)", shape_text(*table));
-    line("x = table[source] * scale + positions", "(n_seq S, d_model)", shape_text(model.encoder[0].self_attn.W_k.x));
+        shape_line("position table", "(max_len, d_model)", shape_text(*table));
+    shape_line("x = table[source] * scale + positions", "(n_seq S, d_model)",
+               shape_text(model.encoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
         std::printf("encoder.%zu self-attention (padding mask (n_seq S, S))\n", i);
-        attention(model.encoder[i].self_attn, "S", "S", x_in, x_in);
+        trace_attention(model.encoder[i].self_attn, "S", "S", x_in, x_in);
         std::printf("encoder.%zu feed-forward\n", i);
-        feed_forward(model.encoder[i].ffn, "S", x_in);
+        trace_feed_forward(model.encoder[i].ffn, "S", x_in);
     }
     std::printf("decoder input\n");
-    line("memory = the last encoder block's output", "(n_seq S, d_model)",
-         shape_text(model.decoder[0].cross_attn.W_k.x));
-    line("decoder input tokens: START, target[0 .. T-2]", "(n_seq, T)", fmt("(%zu, %zu)", n_seq, T));
-    line("y = table[decoder input] * scale + positions", "(n_seq T, d_model)",
-         shape_text(model.decoder[0].self_attn.W_k.x));
+    shape_line("memory = the last encoder block's output", "(n_seq S, d_model)",
+               shape_text(model.decoder[0].cross_attn.W_k.x));
+    shape_line("decoder input tokens: START, target[0 .. T-2]", "(n_seq, T)", fmt("(%zu, %zu)", n_seq, T));
+    shape_line("y = table[decoder input] * scale + positions", "(n_seq T, d_model)",
+               shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         std::printf("decoder.%zu causal self-attention (causal mask (n_seq T, T))\n", i);
-        attention(model.decoder[i].self_attn, "T", "T", y_in, y_in);
+        trace_attention(model.decoder[i].self_attn, "T", "T", y_in, y_in);
         std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
-        attention(model.decoder[i].cross_attn, "T", "S", y_in, "memory");
+        trace_attention(model.decoder[i].cross_attn, "T", "S", y_in, "memory");
         std::printf("decoder.%zu feed-forward\n", i);
-        feed_forward(model.decoder[i].ffn, "T", y_in);
+        trace_feed_forward(model.decoder[i].ffn, "T", y_in);
     }
     std::printf("output\n");
-    line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
-    line("W_out, b_out", "(d_model, vocab), (1, vocab)", weights(model.out));
-    line("logits = LN(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
+    shape_line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
+    shape_line("W_out, b_out", "(d_model, vocab), (1, vocab)", weight_shapes(model.out));
+    shape_line("logits = LN(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
 }
 
 // Parameter counts by block: "encoder.0.self_attn.W_q" counts for encoder.0, and inside it for self_attn.

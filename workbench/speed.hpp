@@ -53,7 +53,37 @@ inline void run_speed(const Options& o) {  // --speed: two lines for make compar
 #ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
 #define SORTER_CXXFLAGS "(not recorded)"
 #endif
-// The speed table of README.md's Performance section, every figure measured in this run. Each row
+// Time to accuracy with this run's settings (the defaults unless flags say otherwise): evaluate every 100
+// steps, evaluation time not counted; note the first step at 99% and at 100%.
+inline void time_to_accuracy(const Options& o) {
+    Dataset data(o.data);
+    Transformer model(o.model, o.seed);
+    Rng rng = training_rng(o.seed);
+    Optimizer optimizer(o.train.optimizer);
+    double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
+    long decoded = 0;
+    int reached = 0;  // how many of the targets
+    std::printf("time to exact match on the %zu held-out sequences (batch %d, %s, seed %llu)\n",
+                data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
+    for (long step = 1; step <= o.train.steps && reached < 2; step++) {
+        auto t0 = Clock::now();
+        training_step(model, data, o.train, optimizer, rng, step, o.train.steps);
+        train_seconds += seconds_since(t0);
+        if (step % 100 != 0) continue;
+        auto t1 = Clock::now();
+        double exact = evaluate(model, data.held_out).exact;
+        decode_seconds += seconds_since(t1);
+        decoded += long(data.held_out.size());
+        for (; reached < 2 && exact >= targets[reached]; reached++)
+            std::printf("  %s: %.2f s of training, step %ld, %ld examples\n", reached ? "100%" : "99%", train_seconds,
+                        step, step * o.train.batch);
+    }
+    if (decoded)
+        std::printf("greedy decoding: %.1f us per sequence (%zu together, keys and values kept)\n",
+                    1e6 * decode_seconds / decoded, DECODE_CHUNK);
+}
+
+// The speed table of docs/performance.md, every figure measured in this run. Each row
 // is a command line, as a user would type it after ./sorter --speed.
 inline void run_bench(const Options& o) {
     std::string cpu = "unknown CPU";
@@ -86,33 +116,7 @@ inline void run_bench(const Options& o) {
     Options m = parse_options(split_words(mid));
     std::printf("  (default: %s; mid: %s)\n", size_text(DEFAULTS.model, DEFAULTS.data).c_str(),
                 size_text(m.model, m.data).c_str());
-    // Time to accuracy with this run's settings (the defaults unless flags say otherwise): evaluate
-    // every 100 steps, evaluation time not counted; note the first step at 99% and at 100%.
-    Dataset data(o.data);
-    Transformer model(o.model, o.seed);
-    Rng rng = training_rng(o.seed);
-    Optimizer optimizer(o.train.optimizer);
-    double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
-    long decoded = 0;
-    int reached = 0;  // how many of the targets
-    std::printf("time to exact match on the %zu held-out sequences (batch %d, %s, seed %llu)\n",
-                data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
-    for (long step = 1; step <= o.train.steps && reached < 2; step++) {
-        auto t0 = Clock::now();
-        training_step(model, data, o.train, optimizer, rng, step, o.train.steps);
-        train_seconds += seconds_since(t0);
-        if (step % 100 != 0) continue;
-        auto t1 = Clock::now();
-        double exact = evaluate(model, data.held_out).exact;
-        decode_seconds += seconds_since(t1);
-        decoded += long(data.held_out.size());
-        for (; reached < 2 && exact >= targets[reached]; reached++)
-            std::printf("  %s: %.2f s of training, step %ld, %ld examples\n", reached ? "100%" : "99%", train_seconds,
-                        step, step * o.train.batch);
-    }
-    if (decoded)
-        std::printf("greedy decoding: %.1f us per sequence (100 together, keys and values kept)\n",
-                    1e6 * decode_seconds / decoded);
+    time_to_accuracy(o);
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     std::printf("peak memory (resident set): %ld kB\n", usage.ru_maxrss);
