@@ -107,18 +107,24 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         dump_step(o.dump_step_path, model, batch, lr, at_step_1);
     }
     double train_seconds = 0.0;
+    training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
     for (long step = first; step <= last; step++) {
         auto t0 = Clock::now();
         double loss = training_step(model, data, o.train, saved.optimizer, saved.draws, step, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
         record_loss(history, loss, step, o.train.lr);
-        if (step % o.eval_every == 0 || step == last) print_evaluation(model, data, step, history);
+        if (step % o.eval_every == 0 || step == last || stop_asked) print_evaluation(model, data, step, history);
+        if (stop_asked) {
+            stop_at(history, step, last);
+            break;
+        }
         if (step == first - 1 + o.train.steps / 2) {
             show_examples("step " + std::to_string(step), model, history);
             std::printf("\n");
         }
     }
+    training_loop_running = 0;
     end_run(model, data, history, train_seconds);
     return history;
 }
@@ -202,7 +208,7 @@ inline int run(Options o) {
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too
     show_after_training(o, model, data, example, sort_asked);
     write_outputs(o, model, data, saved, example, sort_asked, history);
-    return 0;
+    return history.interrupted_at ? 130 : 0;  // 128 + SIGINT, as a shell reports a run cut short by Ctrl-C
 }
 
 // =============================================================================================
@@ -219,8 +225,7 @@ inline int finish_output(std::FILE* out, int status) {
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
-    std::signal(SIGINT, on_signal);                  // Ctrl-C during a write removes the temporary file
-    std::signal(SIGTERM, on_signal);
+    install_signal_handlers();  // Ctrl-C stops training after the step; a signal during a write removes its temporary
     try {
         return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {

@@ -92,13 +92,27 @@ inline std::vector<std::vector<int>> load_train_data(const std::string& path, co
 // Only a regular file is replaced, and it keeps its mode (a device, a pipe or a link is refused:
 // as root, --save /dev/null would otherwise replace /dev/null). The temporary is created with
 // O_EXCL | O_NOFOLLOW, so a file or link planted at its name is never followed or overwritten, and
-// SIGINT or SIGTERM during the write remove it (on_signal, installed by main()).
+// a signal during the write removes it (on_signal, below).
 inline char pending_tmp[4096] = "";  // the temporary being written, for on_signal
+
+// Signals (main() installs on_signal). SIGTERM, SIGHUP and SIGQUIT end the program at once, and the
+// temporary file of a write under way goes first. SIGINT (Ctrl-C) while the training loop runs asks it
+// to stop after the current step: the run then evaluates and writes every output asked for, so what was
+// learned is kept. A second SIGINT, or one outside the training loop, ends the program at once.
+inline volatile std::sig_atomic_t training_loop_running = 0, stop_asked = 0;
 inline void on_signal(int sig) {
+    if (sig == SIGINT && training_loop_running && !stop_asked) {
+        stop_asked = 1;
+        return;
+    }
     if (pending_tmp[0]) unlink(pending_tmp);  // unlink, signal and raise may be called from a handler
     std::signal(sig, SIG_DFL);
     std::raise(sig);
 }
+inline void install_signal_handlers() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_signal);
+}
+
 template <typename WriteFn>
 void write_atomically(const std::string& path, const std::string& flag, WriteFn write) {
     struct stat old{};
@@ -125,30 +139,75 @@ void write_atomically(const std::string& path, const std::string& flag, WriteFn 
     pending_tmp[0] = '\0';
 }
 
-// Every file the run will write, checked before training, so a typo costs no time.
+// Every file the run will write, checked before training, so a typo costs no time and no output can
+// take another's place: two outputs naming one file, or an output naming the --load file (except --save,
+// which trains on in place), would leave one of them, and perhaps the only copy of a model, lost.
+struct Output {
+    std::string flag, path;  // "--report", "r.html"; an --svg picture: "--svg", "DIR/attention.svg"
+};
+inline std::vector<Output> outputs_of(const Options& o) {
+    std::vector<Output> out;
+    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path},
+                                     std::pair{"--report", o.report_path}})
+        if (!path.empty()) out.push_back({flag, path});
+    if (!o.svg_dir.empty())
+        for (const std::string& name : {ATTENTION_SVG, POSITIONS_SVG, TRAINING_SVG})
+            out.push_back({"--svg", (std::filesystem::path(o.svg_dir) / name).string()});
+    return out;
+}
+// Two paths name one file: the same device and inode when both exist, else the same canonical path.
+inline bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa{}, sb{};
+    if (stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    std::error_code ec;
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec), ec) ==
+           std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec);
+}
+// A directory can be written into when a file can be made there: made and removed at once (access()
+// says yes to root even where nothing can be made, such as /sys). Returns "" or the reason.
+inline std::string cannot_write_into(const std::string& dir) {
+    std::string probe = (std::filesystem::path(dir) / (".sorter-probe-" + std::to_string(long(getpid())))).string();
+    int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return std::strerror(errno);
+    close(fd);
+    unlink(probe.c_str());
+    return "";
+}
+inline void check_output(const Output& out) {
+    std::error_code ec;
+    std::string what = out.flag + " " + out.path;
+    std::filesystem::path dir = std::filesystem::path(out.path).parent_path();
+    if (dir.empty()) dir = ".";
+    if (!std::filesystem::is_directory(dir, ec))
+        fail(what + ": the directory " + dir.string() + " does not exist");
+    if (std::filesystem::is_directory(out.path, ec)) fail(what + ": is a directory");
+    struct stat existing{};
+    if (lstat(out.path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+        fail(what + ": not a regular file (a device, pipe or link); choose another name");
+    if (std::string reason = cannot_write_into(dir.string()); !reason.empty())
+        fail(what + ": cannot write into " + dir.string() + " (" + reason + ")");
+    // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name
+    if (std::filesystem::path(out.path).filename().string().size() + 16 > 255)
+        fail(what + ": the file name is too long (at most 239 bytes)");
+}
 inline void check_output_paths(const Options& o) {
     std::error_code ec;
     if (!o.svg_dir.empty() && !std::filesystem::exists(o.svg_dir, ec))
         fail("--svg " + o.svg_dir + ": no such directory (create it first, e.g. mkdir -p " + o.svg_dir + ")");
     if (!o.svg_dir.empty() && !std::filesystem::is_directory(o.svg_dir, ec))
         fail("--svg " + o.svg_dir + ": not a directory");
-    if (!o.svg_dir.empty() && access(o.svg_dir.c_str(), W_OK) != 0)
-        fail("--svg " + o.svg_dir + ": cannot write into this directory (" + std::strerror(errno) + ")");
-    for (const auto& [flag, path] : {std::pair{"--save", o.save_path}, std::pair{"--dump-step", o.dump_step_path},
-                                     std::pair{"--report", o.report_path}}) {
-        if (path.empty()) continue;
-        std::filesystem::path dir = std::filesystem::path(path).parent_path();
-        if (dir.empty()) dir = ".";
-        if (!std::filesystem::is_directory(dir, ec))
-            fail(std::string(flag) + " " + path + ": the directory " + dir.string() + " does not exist");
-        if (std::filesystem::is_directory(path, ec)) fail(std::string(flag) + " " + path + ": is a directory");
-        struct stat existing{};
-        if (lstat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
-            fail(std::string(flag) + " " + path + ": not a regular file (a device, pipe or link); choose another name");
-        if (access(dir.c_str(), W_OK) != 0)
-            fail(std::string(flag) + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
-        // write_atomically writes NAME.tmp-PID first: it too must fit the usual 255-byte limit of a file name
-        if (std::filesystem::path(path).filename().string().size() + 16 > 255)
-            fail(std::string(flag) + " " + path + ": the file name is too long (at most 239 bytes)");
+    if (!o.svg_dir.empty())
+        if (std::string reason = cannot_write_into(o.svg_dir); !reason.empty())
+            fail("--svg " + o.svg_dir + ": cannot write into this directory (" + reason + ")");
+    std::vector<Output> outputs = outputs_of(o);
+    for (const Output& out : outputs) check_output(out);
+    for (std::size_t i = 0; i < outputs.size(); i++) {
+        for (std::size_t j = 0; j < i; j++)
+            if (same_file(outputs[i].path, outputs[j].path))
+                fail(outputs[j].flag + " " + outputs[j].path + " and " + outputs[i].flag + " " + outputs[i].path +
+                     " name the same file, so one would overwrite the other; give each output its own name");
+        if (!o.load_path.empty() && outputs[i].flag != "--save" && same_file(outputs[i].path, o.load_path))
+            fail(outputs[i].flag + " " + outputs[i].path + " is the file given to --load: writing it would replace "
+                 "the model; choose another name (only --save may name the --load file, to train on in place)");
     }
 }

@@ -30,6 +30,7 @@ struct History {
     double recent_loss = 0.0;      // the sum of the losses since the last evaluation,
     long recent_steps = 0;         // and how many
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
+    long interrupted_at = 0;       // the step after which Ctrl-C stopped training, or 0
     // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
     std::vector<std::vector<double>> gradient_norms;
@@ -135,6 +136,13 @@ inline void print_evaluation(Transformer& model, const Dataset& data, long step,
                 100 * a.exact, 100 * a.token);
     history.recent_loss = 0.0;
     history.recent_steps = 0;
+}
+
+// Ctrl-C stopped training after `step`: say so; what follows is the run as of that step.
+inline void stop_at(History& history, long step, long last) {
+    history.interrupted_at = step;
+    std::printf("\ninterrupted at step %ld of %ld (Ctrl-C): training stops here, and everything asked for is "
+                "written as of step %ld; Ctrl-C again quits at once\n", step, last, step);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ struct Options {
 };
 const Options DEFAULTS;
 const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
+const std::string ATTENTION_SVG = "attention.svg", POSITIONS_SVG = "pe.svg", TRAINING_SVG = "training.svg";  // --svg
 
 // The command line, read one flag at a time; each reader takes the flag's value and checks it.
 struct Args {
@@ -171,13 +172,16 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
                         &O::trace_shapes),
             switch_flag("--params", "parameter count per block and in total, then stop", false, true, &O::params),
-            path_flag("--svg", "DIR", "write attention.svg, pe.svg and training.svg into DIR", false, &O::svg_dir),
+            path_flag("--svg", "DIR", "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR",
+                      false, &O::svg_dir),
             path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
                       "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
                       &O::report_path)}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
-            path_flag("--save", "FILE", "after training, write the model to FILE (plain text)", false, &O::save_path),
+            path_flag("--save", "FILE", "after training, write the model to FILE (plain text); it may be the --load "
+                      "file, to train on in place; no other output may name the --load file or another output's",
+                      false, &O::save_path),
             path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
                       "train it N steps more; model, data and other training flags cannot be combined with it", false,
                       &O::load_path),

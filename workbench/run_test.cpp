@@ -3,6 +3,9 @@
 #include "../main.cpp"
 #include "test_helpers.hpp"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
     auto run_error = [](const std::vector<std::string>& args) {
         Options o;
@@ -145,3 +148,149 @@ TEST_CASE("--report: one self-contained page of the run, and of a loaded model")
     CHECK(dir.listing() == std::vector<std::string>{"loaded.html", "m.txt", "run.html"});
 }
 
+
+// Two outputs on one file would leave one of them lost, and an output on the --load file would replace
+// the model: before, --save m.txt --report m.txt left a page and no model, with exit status 0. Each is
+// refused before any work; only --save may name the --load file (training on in place).
+TEST_CASE("run(): two outputs naming one file, or an output naming the --load file, are refused") {
+    TempDir dir("same-file");
+    auto run_error = [](std::vector<std::string> args) {
+        Options o;
+        std::string parse = parse_error(args, &o);
+        if (!parse.empty()) return parse;
+        try {
+            run(o);
+            return std::string();
+        } catch (const UsageError& e) {
+            return e.message;
+        }
+    };
+    std::string m = dir.file("m.txt");
+    CHECK(run_error({"--steps", "3", "--save", m, "--report", m}) ==
+          "--save " + m + " and --report " + m + " name the same file, so one would overwrite the other; give each "
+          "output its own name");
+    CHECK(dir.listing().empty());
+    CHECK(contains(run_error({"--steps", "3", "--save", m, "--dump-step", dir.path.string() + "/./m.txt"}),
+                   "name the same file"));
+    CHECK(contains(run_error({"--steps", "3", "--save", dir.file("attention.svg"), "--svg", dir.path.string()}),
+                   "--svg " + dir.file("attention.svg") + " name the same file"));
+    REQUIRE(run_error({"--steps", "3", "--save", m}) == "");
+    const std::string model = read_all(m);
+    CHECK(run_error({"--load", m, "--report", m}) ==
+          "--report " + m + " is the file given to --load: writing it would replace the model; choose another name "
+          "(only --save may name the --load file, to train on in place)");
+    CHECK(contains(run_error({"--load", m, "--svg", dir.path.string(), "--report", dir.file("pe.svg")}),
+                   "name the same file"));
+    CHECK(read_all(m) == model);
+    CHECK(run_error({"--load", m, "--steps", "2", "--save", m}) == "");  // training on in place
+    CHECK(contains(read_all(m), "updates 5"));
+}
+
+// --svg checks each file it will write, before training, as --save is checked: before, a directory
+// named pe.svg, or a link in its place, was found only after the whole run.
+TEST_CASE("run(): each picture --svg will write is checked before training") {
+    TempDir dir("svg-files");
+    auto run_error = [](std::vector<std::string> args) {
+        Options o;
+        REQUIRE(parse_error(args, &o) == "");
+        try {
+            run(o);
+            return std::string();
+        } catch (const UsageError& e) {
+            return e.message;
+        }
+    };
+    std::filesystem::create_directory(dir.file("pe.svg"));
+    CHECK(run_error({"--svg", dir.path.string(), "--steps", "1000000"}) == "--svg " + dir.file("pe.svg") +
+                                                                              ": is a directory");
+    std::filesystem::remove(dir.file("pe.svg"));
+    std::filesystem::create_symlink(dir.file("elsewhere"), dir.file("training.svg"));
+    CHECK(contains(run_error({"--svg", dir.path.string(), "--steps", "1000000"}), "training.svg: not a regular file"));
+    CHECK(dir.listing() == std::vector<std::string>{"training.svg"});
+}
+
+// Ctrl-C, sent for real to a child process that runs a long training: the first SIGINT stops training
+// after the current step, the run evaluates, saves a checkpoint that goes on from that step, and exits
+// with status 130; a second SIGINT quits at once and leaves no file. Before, the first SIGINT quit at
+// once and every step was lost.
+pid_t start_run(const std::vector<std::string>& args, const std::string& log) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // the child: its output into the log
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line, as main() sets it
+    install_signal_handlers();
+    int status = 1;
+    try {
+        status = finish_output(stdout, run(parse_options(args)));
+    } catch (const UsageError& e) {
+        std::fprintf(stderr, "sorter: %s\n", e.message.c_str());
+        status = 2;
+    }
+    std::fflush(stdout);
+    _exit(status);
+}
+bool wait_for_text(pid_t pid, const std::string& log, const std::string& text) {  // up to 60 s
+    for (int i = 0; i < 600; i++, usleep(100000))
+        if (contains(read_all(log), text)) return true;
+    kill(pid, SIGKILL);  // never leave a run of a million steps behind
+    waitpid(pid, nullptr, 0);
+    return false;
+}
+TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a second quits at once") {
+    TempDir dir("sigint");
+    std::string m = dir.file("m.txt"), log = dir.file("log");
+    pid_t pid = start_run({"--steps", "1000000", "--eval-every", "1000000", "--save", m}, log);
+    REQUIRE(wait_for_text(pid, log, "held-out loss"));  // the table's head: training has begun
+    usleep(200000);
+    kill(pid, SIGINT);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 130);
+    std::string out = read_all(log);
+    CHECK(contains(out, "interrupted at step "));
+    CHECK(contains(out, "final: exact-match"));
+    CHECK(contains(out, "saved " + m));
+    long step = std::atol(out.substr(out.find("interrupted at step ") + 20).c_str());
+    CHECK(step > 0);
+    CHECK(step < 1000000);
+    CHECK(contains(read_all(m), "updates " + std::to_string(step) + "\n"));
+
+    std::string big = dir.file("big.txt");
+    pid = start_run({"--steps", "1000000", "--d-model", "128", "--d-ff", "512", "--save", big}, log);
+    REQUIRE(wait_for_text(pid, log, "held-out loss"));
+    kill(pid, SIGINT);
+    usleep(20000);
+    kill(pid, SIGINT);
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGINT);
+    CHECK(dir.listing() == std::vector<std::string>{"log", "m.txt"});
+}
+
+// SIGHUP and SIGQUIT, like SIGTERM and SIGINT, remove the temporary file of a write under way: before,
+// a hang-up during --save left FILE.tmp-PID behind.
+TEST_CASE("signals: HUP, QUIT, TERM and INT during a write leave no temporary file") {
+    TempDir dir("sighup");
+    for (int sig : {SIGHUP, SIGQUIT, SIGTERM, SIGINT}) {
+        std::string tmp = dir.file("m.txt.tmp-" + std::to_string(sig));
+        pid_t pid = fork();
+        if (pid == 0) {
+            rlimit no_core{0, 0};
+            setrlimit(RLIMIT_CORE, &no_core);  // SIGQUIT's default action would dump core
+            install_signal_handlers();
+            std::ofstream(tmp) << "half a checkpoint";
+            std::snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp.c_str());
+            raise(sig);
+            _exit(0);  // not reached
+        }
+        int status = 0;
+        REQUIRE(waitpid(pid, &status, 0) == pid);
+        INFO("signal ", sig);
+        CHECK(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == sig);
+        CHECK(!std::filesystem::exists(tmp));
+    }
+}

@@ -291,9 +291,9 @@ inline void write_pictures(const std::string& dir, Transformer& model, const std
     const ModelConfig& c = model.config;
     std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
     std::string caption = "Attention maps: input " + digits_text(source, c) + ", output " + digits_text(output, c);
-    write_svg(dir, "attention.svg",
+    write_svg(dir, ATTENTION_SVG,
               attention_svg(attention_maps(model, source, output), c.n_heads, caption));
     if (const Matrix* table = model.embed.position_table())
-        write_svg(dir, "pe.svg", positions_svg(*table, POSITION_NAMES[int(c.positions)]));
-    if (history && !history->losses.empty()) write_svg(dir, "training.svg", training_svg(*history));
+        write_svg(dir, POSITIONS_SVG, positions_svg(*table, POSITION_NAMES[int(c.positions)]));
+    if (history && !history->losses.empty()) write_svg(dir, TRAINING_SVG, training_svg(*history));
 }
