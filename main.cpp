@@ -132,8 +132,9 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
 // A loaded model that trains no further: its held-out score.
 inline void score_loaded(Transformer& model, const Dataset& data, History& history, bool print) {
     Accuracy a = evaluate(model, data.held_out);
-    history.final_line = fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n", 100 * a.exact,
-                             a.exact_count, a.total, 100 * a.token);
+    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n",
+                                       100 * a.exact, a.exact_count, a.total, 100 * a.token)
+                                 : "held-out: n/a (this model's data settings allow no held-out set)\n";
     if (print) std::printf("%s", history.final_line.c_str());
 }
 

@@ -19,6 +19,12 @@ struct Saved {  // what a checkpoint keeps besides the model
     explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
         : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
 };
+// Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
+// when its loss is no longer finite), and small enough that the square of one never overflows.
+constexpr double MAX_STORED = 1e100;
+// Adam's running means always satisfy m^2 <= (1 - beta1)^2 / ((1 - beta2) (1 - beta1^2 / beta2)) s, about
+// 2.88 s (Cauchy-Schwarz over the two weighted sums of past gradients); a file is allowed 3 s, for rounding.
+constexpr double ADAM_M_SQUARED_OVER_S = 3.0;
 
 // ---------------------------------------------------------------------------------------------
 // Writing
@@ -59,11 +65,16 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
     std::fprintf(f, "end\n");
 }
 inline void save_checkpoint(const std::string& path, Transformer& model, const Saved& saved) {  // --save FILE
-    // --load rejects nan and inf, so a diverged model is refused here rather than written unreadable.
+    // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
+    // written unreadable.
     for (auto& [name, p] : model.parameters())
-        for (double v : p->value.data)
+        for (double v : p->value.data) {
             if (!std::isfinite(v))
                 fail("--save " + path + ": tensor '" + name + "' holds nan or inf (training diverged); not saved");
+            if (std::fabs(v) > MAX_STORED)
+                fail("--save " + path + ": tensor '" + name + fmt("' holds a value beyond %g (training diverged); "
+                                                                  "not saved", MAX_STORED));
+        }
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, saved); });
 }
 
@@ -102,10 +113,13 @@ struct WordReader {
         if (w.empty()) error("the file ends early (truncated): expected " + what);
         return w;
     }
-    std::string value_of(const std::string& key) {  // the value after "key"
+    std::string value_of(const std::string& key) {  // the value after "key", on the same line
         std::string w = expect("'" + key + "'");
         if (w != key) error("expected '" + key + "', found '" + w + "'");
-        return expect("the value of " + key);
+        long long key_line = line;
+        w = expect("the value of " + key);
+        if (line != key_line) fail(where + " line " + std::to_string(key_line) + ": '" + key + "' has no value");
+        return w;
     }
     long whole(const std::string& key, long lo, long hi) {
         std::string w = value_of(key);
@@ -117,14 +131,21 @@ struct WordReader {
     }
 };
 
-// The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m.
-inline void read_values(WordReader& r, const std::string& what, Matrix& m) {
+// The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m. Each is
+// a finite number of at most MAX_STORED in size, and passes `check` (which returns what is wrong, or "").
+inline void read_values(WordReader& r, const std::string& what, Matrix& m,
+                        const std::function<std::string(std::size_t i, double v)>& check = nullptr) {
     for (std::size_t i = 0; i < m.data.size(); i++) {
         std::string v = r.next();
         if (v.empty())
             r.error("the file ends early (truncated): " + what + " has " + std::to_string(i) + " of its " +
                     std::to_string(m.data.size()) + " values");
-        if (parse_finite(v, m.data[i])) continue;
+        if (parse_finite(v, m.data[i])) {
+            std::string problem = std::fabs(m.data[i]) > MAX_STORED ? fmt("is beyond %g in size", MAX_STORED)
+                                  : check ? check(i, m.data[i]) : "";
+            if (problem.empty()) continue;
+            r.error(what + fmt(" value %zu: ", i) + v + " " + problem);
+        }
         if (r.in.peek() == EOF) r.error("the file ends early (truncated) inside " + what);
         r.error(what + fmt(" value %zu: '", i) + v + "' is not a finite number");
     }
@@ -158,10 +179,23 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
         for (const char* which : {"m", "s"}) {
             if (which[0] == 's' && opt.kind != OptimizerKind::adam) continue;
             std::string w = r.expect(std::string(which) + " of '" + name + "'");
+            if (w == "end")
+                r.error(fmt("the optimizer's running means are missing: after %ld updates, %s keeps ", opt.t,
+                            OPTIMIZER_TITLES[int(opt.kind)].c_str()) +
+                        (opt.kind == OptimizerKind::adam ? "'m' and 's'" : "'m'") + " for every tensor, from '" +
+                        which + " " + name + "' on");
             std::string got = r.expect("a tensor name");
             if (w != which || got != name)
                 r.error("expected '" + std::string(which) + " " + name + "', found '" + w + " " + got + "'");
-            read_values(r, std::string(which) + " of '" + name + "'", which[0] == 'm' ? opt.m.back() : opt.s.back());
+            const Matrix& m = opt.m.back();
+            read_values(r, std::string(which) + " of '" + name + "'", which[0] == 'm' ? opt.m.back() : opt.s.back(),
+                        [&](std::size_t i, double v) -> std::string {  // what Adam's s and m always satisfy
+                            if (which[0] == 'm') return "";
+                            if (v < 0) return "is negative: a second moment is a running mean of squares";
+                            return m.data[i] * m.data[i] <= ADAM_M_SQUARED_OVER_S * v ? ""
+                                   : fmt("is too small for its first moment %g (Adam keeps m^2 <= %.2f s)",
+                                         m.data[i], ADAM_M_SQUARED_OVER_S);
+                        });
         }
     }
 }

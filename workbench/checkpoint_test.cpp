@@ -333,3 +333,44 @@ TEST_CASE("checkpoint: a model read from a real pipe is the model read from the 
     waitpid(writer, &status, 0);
     CHECK(error == "");
 }
+
+// An optimizer's running means are checked as the tensors are: before, an Adam file with a negative
+// second moment loaded, and training on from it blamed the learning rate for the nan that followed;
+// first moments of 1e300 loaded, and the run saved weights near 1e298 with exit status 0.
+TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line") {
+    DataConfig d = few_digits();
+    Transformer model(small_model(d), 2);
+    Dataset data(d, {}, 20, 5);
+    TrainConfig adam;
+    adam.optimizer = OptimizerKind::adam;
+    Saved saved(d, adam, 1);
+    for (long step = 1; step <= 3; step++) training_step(model, data, adam, saved.optimizer, saved.draws, step, 3);
+    const std::string good = checkpoint_text(model, saved);
+    REQUIRE(load_error(good) == "");
+    auto changed = [&](const std::string& line_start, const std::string& value) {  // the first value of that line's matrix
+        std::size_t at = good.find("\n" + line_start + "\n");
+        REQUIRE(at != std::string::npos);
+        std::size_t row = at + line_start.size() + 2, end = good.find(' ', row);
+        return good.substr(0, row) + value + good.substr(end);
+    };
+    CHECK(contains(load_error(changed("s embed.table", "-1")),
+                   "s of 'embed.table' value 0: -1 is negative: a second moment is a running mean of squares"));
+    CHECK(contains(load_error(changed("m encoder.0.norm1.gamma", "1e300")),
+                   "m of 'encoder.0.norm1.gamma' value 0: 1e300 is beyond 1e+100 in size"));
+    CHECK(contains(load_error(changed("m encoder.0.norm1.gamma", "7")), "(Adam keeps m^2 <= 3.00 s)"));
+    CHECK(contains(load_error(replace_once(good, "\nm embed.table", "\nend\nm embed.table")),
+                   "the optimizer's running means are missing: after 3 updates, Adam keeps 'm' and 's' for every "
+                   "tensor, from 'm embed.table' on"));
+    CHECK(contains(load_error(replace_once(good, "optimizer adam", "optimizer")), "'optimizer' has no value"));
+    CHECK(contains(load_error(replace_once(good, "d_model 8", "d_model")), "line 4: 'd_model' has no value"));
+    model.out.b.value.at(0, 0) = 2e100;  // a diverged model is not written: it could not be read back
+    TempDir dir("beyond");
+    std::string error;
+    try {
+        save_checkpoint(dir.file("m.txt"), model, saved);
+    } catch (const UsageError& e) {
+        error = e.message;
+    }
+    CHECK(contains(error, "tensor 'out.b' holds a value beyond 1e+100 (training diverged); not saved"));
+    CHECK(dir.listing().empty());
+}

@@ -42,11 +42,6 @@ inline void demo_scale() {
                     grad[0], grad[1]);
     }
 }
-inline std::string number_text(double v) {  // "nan" and "inf" spelled the same on every library
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    return fmt("%.4f", v);
-}
 
 // softmax as written in a textbook, exp(s) / sum exp(s), with no max subtracted.
 inline std::vector<double> naive_softmax(const std::vector<double>& s) {

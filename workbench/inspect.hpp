@@ -156,6 +156,10 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     return steps;
 }
 inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
+    if (held_out.empty()) {  // a score of nothing would read 0.0%
+        std::printf("\n--- inspect: n/a: this model's data settings allow no held-out set ---\n");
+        return;
+    }
     std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
                 100 * evaluate(model, held_out).exact);
     for (const AttentionLayer& l : attention_layers(model))
@@ -169,8 +173,9 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
                 steps);
     for (int l = 0, n_heads = model.config.n_heads; l < int(model.decoder.size()); l++)
         for (int h = 0; h < n_heads; h++)
-            std::printf("  decoder.%d cross-attention head %d: %5.1f%%\n", l, h,
-                        steps ? 100.0 * hits[std::size_t(l) * n_heads + h] / steps : 0.0);
+            std::printf("  decoder.%d cross-attention head %d: %s\n", l, h,
+                        steps ? fmt("%5.1f%%", 100.0 * hits[std::size_t(l) * n_heads + h] / steps).c_str()
+                              : "  n/a (no decoding step emitted a digit)");
 }
 
 // --test-len N: held-out exact-match for every input length from 1 to N, on inputs training never drew.
@@ -179,6 +184,18 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
 // exist). Shorter inputs are padded to --seq-len, as in training. Lengths past --seq-len use positions
 // training never reached: sinusoidal ones are defined there, learned ones are rows of the table that
 // training never moved (still their random start), and --pos none has no positions to leave behind.
+// Up to n distinct inputs drawn from their own seed: all of them where fewer exist. (A length training never
+// drew needs none left over for training, unlike the held-out set, which takes at most half.)
+inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n, uint64_t seed) {
+    std::set<std::vector<int>> seen;
+    std::vector<std::vector<int>> inputs;
+    Rng rng(seed);
+    while (double(inputs.size()) < std::min(double(n), count_sources(d))) {
+        std::vector<int> digits = random_digits(rng, d);
+        if (seen.insert(digits).second) inputs.push_back(digits);
+    }
+    return inputs;
+}
 inline void length_report(Transformer& model, const Dataset& data, int test_len) {
     const DataConfig& trained = data.config;
     std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,
@@ -191,11 +208,13 @@ inline void length_report(Transformer& model, const Dataset& data, int test_len)
         } else {
             DataConfig d = trained;
             d.seq_len = d.min_len = len;
-            for (const Example& e : Dataset(d, {}, 200, HELD_OUT_SEED + uint64_t(len)).held_out)
-                tests.push_back(len < trained.seq_len ? make_example(e.source, trained) : e);
+            for (const std::vector<int>& digits : distinct_inputs(d, 200, HELD_OUT_SEED + uint64_t(len)))
+                tests.push_back(make_example(digits, len < trained.seq_len ? trained : d));
         }
         Accuracy a = evaluate(model, tests);
-        std::printf("  length %2d: %5.1f%% (%d/%d)%s\n", len, 100 * a.exact, a.exact_count, a.total,
+        std::string score = a.total ? fmt("%5.1f%% (%d/%d)", 100 * a.exact, a.exact_count, a.total)
+                                    : "  n/a (no input of this length is held out: training may draw them all)";
+        std::printf("  length %2d: %s%s\n", len, score.c_str(),
                     len > trained.seq_len ? "   longer than any training input"
                                           : len < trained.min_len ? "   shorter than any training input" : "");
     }

@@ -58,3 +58,32 @@ TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
     CHECK(model.final_norm.x_hat.rows == 3 * d.seq_len);
     CHECK(model.encoder[0].self_attn.heads.size() == 3u * model.config.n_heads);
 }
+
+// A score of nothing is said as such: before, a length whose every input training may draw printed
+// "0.0% (0/0)", and an --inspect of no decoding step "0.0%". A length training never drew is scored on
+// all its inputs, however few (one input of length 3 here; the held-out cap left none before).
+TEST_CASE("--test-len and --inspect: n/a where nothing was scored") {
+    DataConfig d;
+    d.max_digit = 1, d.seq_len = 2, d.min_len = 1;
+    ModelConfig c = fit_to_data(small_model(d), d);
+    c.max_len = 3;
+    Transformer model(c, 1);
+    Dataset data(d);
+    std::FILE* saved_stdout = stdout;
+    std::FILE* out = std::tmpfile();
+    REQUIRE(out != nullptr);
+    stdout = out;
+    length_report(model, data, 3);
+    inspect(model, {});
+    stdout = saved_stdout;
+    std::rewind(out);
+    std::string text;
+    for (int ch; (ch = std::fgetc(out)) != EOF;) text += char(ch);
+    std::fclose(out);
+    INFO(text);
+    CHECK(contains(text, "length  2:   n/a (no input of this length is held out"));
+    CHECK(contains(text, "/1)   longer than any training input"));
+    CHECK(!contains(text, "(0/0)"));
+    CHECK(contains(text, "--- inspect: n/a"));
+    CHECK(distinct_inputs(d, 200, 7).size() == 2u);  // [1] and [1, 1]: every input of lengths 1 and 2
+}

@@ -74,9 +74,10 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         hm.title = 0;
         std::string top3;
         for (int k = 0; k < 3; k++)
-            top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %.4f</td></tr>",
-                        svg_escape(token_names({order[k]}, c)[0]).c_str(), 120 * probs.at(t, order[k]),
-                        probs.at(t, order[k]));
+            top3 += fmt("<tr><td>%s</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span> %s</td></tr>",
+                        svg_escape(token_names({order[k]}, c)[0]).c_str(),  // a nan probability: no bar, "nan"
+                        std::isfinite(probs.at(t, order[k])) ? 120 * probs.at(t, order[k]) : 0.0,
+                        number_text(probs.at(t, order[k])).c_str());
         html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
                     "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
                     svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),

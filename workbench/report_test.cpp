@@ -31,3 +31,17 @@ TEST_CASE("--report: the page of an untrained model is whole and well-formed") {
     for (const char* fetch : {"src=", "href=\"http", "url(", "@import"}) CHECK(!contains(page, fetch));
     CHECK(contains(page, "data-ready"));
 }
+
+// A model whose numbers are nan draws them as the terminal pictures do: before, the replay's bars were
+// written "width:-nanpx" and its probabilities "-nan".
+TEST_CASE("--report: a model of nan draws no -nan and no bar of nan pixels") {
+    DataConfig d = few_digits();
+    Transformer model(small_model(d), 5);
+    model.out.b.value.at(0, 1) = std::nan("");
+    Dataset data(d, {}, 10, 5);
+    std::string page = report_html(model, History(), data.held_out[0].source, data.held_out);
+    CHECK(markup_problem(page) == "");
+    CHECK(!contains(page, "-nan"));
+    CHECK(!contains(page, "nanpx"));
+    CHECK(contains(page, "width:0px\"></span> nan"));
+}

@@ -89,9 +89,9 @@ struct SvgHeatmap {
             for (int c = 0; c < m.cols; c++) {
                 double t = m.at(r, c) / bound;
                 s += svg_rect(left + c * cell, top + r * cell, cell, cell, color_for(t, diverging),
-                              fmt("%s, %s: %.4f", rows[r].c_str(), cols[c].c_str(), m.at(r, c)));
+                              rows[r] + ", " + cols[c] + ": " + number_text(m.at(r, c)));
                 if (numbers && cell >= 26)
-                    s += svg_text(left + (c + 0.5) * cell, top + (r + 0.5) * cell + 3, fmt("%.2f", m.at(r, c)), 9,
+                    s += svg_text(left + (c + 0.5) * cell, top + (r + 0.5) * cell + 3, number_text(m.at(r, c), 2), 9,
                                   "middle", std::fabs(t) > 0.55 ? "white" : "#222");
             }
         return s;

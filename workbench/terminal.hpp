@@ -170,5 +170,5 @@ inline void print_loss_plot(const std::vector<double>& losses, long first_step =
     std::string first = std::to_string(first_step), last = std::to_string(first_step - 1 + long(losses.size()));
     if (losses.size() == 1) last = "";
     std::printf("%9s +%s\n%9s  %s%*s   (step)\n", "", std::string(width, '-').c_str(), "", first.c_str(),
-                std::max(1, width - int(first.size())), last.c_str());
+                std::max(int(last.size()) + 2, width - int(first.size())), last.c_str());  // 2 spaces at least
 }

@@ -46,6 +46,13 @@ inline std::string printable(const std::string& text) {  // control bytes and no
     for (unsigned char ch : text) out += ch >= 0x20 && ch < 0x7f ? std::string(1, char(ch)) : fmt("\\x%02x", ch);
     return out;
 }
+// A number with `decimals` decimals; "nan" and "inf" spelled the same on every library (printf may write
+// "-nan"), for the pictures and tables that must show a diverged model's values as such.
+inline std::string number_text(double v, int decimals = 4) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    return fmt("%.*f", decimals, v);
+}
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
 
