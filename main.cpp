@@ -186,7 +186,12 @@ inline int run(Options o) {
     Saved saved(o.data, o.train, o.seed);
     Transformer model = build_or_load(o, saved);
     std::vector<std::vector<int>> pool;
+    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, saved);
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
+    if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
+        check_train_data(o.load_path, o.train_data_path, saved, pool, o.train.steps > 0 || o.sort_words.empty() ||
+                         o.inspect || o.test_len > 0 || !o.report_path.empty());
+    saved.pool_size = long(pool.size()), saved.pool_hash = pool.empty() ? 0 : pool_fingerprint(pool);
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();
     std::vector<int> digits;

@@ -5,6 +5,8 @@
 // corrupt file is one line naming its line number, never a crash); --dump-step.
 #pragma once
 
+#include <utility>
+
 #include "files.hpp"
 
 // The format, version 2, is plain text; docs/checkpoints.md shows a whole file. Values are
@@ -16,9 +18,43 @@ struct Saved {  // what a checkpoint keeps besides the model
     TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
     Optimizer optimizer;  // that count and, for momentum and Adam, the running means of every tensor
     Rng draws;            // the training draws, where they stopped (random positions' draws: in the model)
+    long pool_size = 0;   // with --train-data: how many sequences its file held (0: generated data),
+    uint64_t pool_hash = 0;  // and their fingerprint, so that training goes on only with the same file
     explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
         : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
 };
+
+// The fingerprint of a --train-data file: its sequences in order (not its comments or spacing), hashed.
+inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {
+    std::vector<int> all;
+    for (const std::vector<int>& sequence : pool) {
+        all.insert(all.end(), sequence.begin(), sequence.end());
+        all.push_back(PAD);  // digits are never PAD: a separator, so that [1 2][3] and [1][2 3] differ
+    }
+    return hash_of(all);
+}
+// A model that trained on generated data takes no --train-data file: it would change its held-out set.
+// (Checked before the file is read, whose lines may not even fit that model's data settings.)
+inline void refuse_new_train_data(const std::string& load_path, const std::string& train_data_path,
+                                  const Saved& saved) {
+    if (saved.pool_size == 0 && !train_data_path.empty())
+        fail("--train-data " + train_data_path + " cannot be combined with --load " + load_path +
+             ": that model trained on generated data, and a file would change its held-out set");
+}
+// The held-out set depends on the training file (no held-out input is one of its lines), so a model that
+// trained on one goes on only with the same file, and is scored only against the same held-out set.
+// Without a file, --sort, --params, --show-pe and --trace-shapes still work (`needs_data` false).
+inline void check_train_data(const std::string& load_path, const std::string& train_data_path, const Saved& saved,
+                             const std::vector<std::vector<int>>& pool, bool needs_data) {
+    std::string trained_on = fmt("a --train-data file of %ld sequences", saved.pool_size);
+    if (saved.pool_size > 0 && !train_data_path.empty() &&
+        (long(pool.size()) != saved.pool_size || pool_fingerprint(pool) != saved.pool_hash))
+        fail("--train-data " + train_data_path + ": not the file the model in " + load_path + " trained on (" +
+             trained_on + "); give that file, or train a new model");
+    if (saved.pool_size > 0 && train_data_path.empty() && needs_data)
+        fail("--load " + load_path + ": this model trained on " + trained_on + "; give the file again (--load " +
+             load_path + " --train-data FILE), so that training and scoring use the held-out set it had");
+}
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
 constexpr double MAX_STORED = 1e100;
@@ -55,6 +91,8 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
                  "position_draws %llu\n", OPTIMIZER_NAMES[int(opt.kind)].c_str(), t.lr,
                  SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, opt.t,
                  (unsigned long long)saved.draws.state, (unsigned long long)model.position_draws.state);
+    if (saved.pool_size > 0)  // only after --train-data: files of generated data are as they were
+        std::fprintf(f, "train_data %ld %llu\n", saved.pool_size, (unsigned long long)saved.pool_hash);
     for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, opt.m[k]);
@@ -97,7 +135,10 @@ struct WordReader {
     long long line = 1;  // 64 bits: a file of 2^31 newlines must not overflow it
     std::string at() const { return where + " line " + std::to_string(line); }  // the place, for a message
     [[noreturn]] void error(const std::string& what) const { fail(at() + ": " + what); }
+    std::string pushed;  // a word read ahead and put back
+    void put_back(const std::string& w) { pushed = w; }
     std::string next() {  // "" at the end of the file
+        if (!pushed.empty()) return std::exchange(pushed, "");
         int c;
         while ((c = in.peek()) != EOF && std::isspace(c))
             if (in.get() == '\n') line++;
@@ -124,6 +165,17 @@ struct WordReader {
     long whole(const std::string& key, long lo, long hi) {
         std::string w = value_of(key);
         return whole_or_fail(at() + ": " + key, w, lo, hi);
+    }
+    // A whole number below 2^64 (a generator's state, a fingerprint): after "key", or, with key "", the next
+    // word, which must be on line `on_line`.
+    uint64_t whole_u64(const std::string& key, long long on_line = 0) {
+        std::string w = key.empty() ? expect("a whole number") : value_of(key);
+        if (key.empty() && line != on_line) fail(where + " line " + std::to_string(on_line) + ": a value is missing");
+        errno = 0;
+        uint64_t v = number_syntax(w, true) ? std::strtoull(w.c_str(), nullptr, 10) : 0;
+        if (!number_syntax(w, true) || errno == ERANGE)
+            error((key.empty() ? "" : key + " ") + w + ": expected a whole number below 2^64");
+        return v;
     }
     int choice(const std::string& key, const std::vector<std::string>& names) {
         std::string w = value_of(key);
@@ -164,13 +216,15 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     t.warmup = r.whole("warmup", 1, MAX_STEPS);
     t.batch = int(r.whole("batch", 1, MAX_BATCH));
     opt.t = r.whole("updates", 0, MAX_STEPS * 1000);
-    for (auto [key, state] :
-         {std::pair{"draws", &saved.draws.state}, std::pair{"position_draws", &model.position_draws.state}}) {
-        std::string value = r.value_of(key);  // a generator's state: a whole number below 2^64
-        errno = 0;
-        *state = number_syntax(value, true) ? std::strtoull(value.c_str(), nullptr, 10) : 0;
-        if (!number_syntax(value, true) || errno == ERANGE)
-            r.error(key + (" " + value) + ": expected a whole number below 2^64");
+    saved.draws.state = r.whole_u64("draws");  // the generators' states
+    model.position_draws.state = r.whole_u64("position_draws");
+    std::string w = r.next();
+    if (w == "train_data") {  // only a model trained on a --train-data file: its size and fingerprint
+        r.put_back(w);
+        saved.pool_size = r.whole("train_data", 1, MAX_TRAIN_LINES);
+        saved.pool_hash = r.whole_u64("", r.line);
+    } else {
+        r.put_back(w);
     }
     if (opt.t == 0 || opt.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
@@ -269,7 +323,7 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
 
 // The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
 inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
-    WordReader r{in, where};
+    WordReader r{in, where, 1, ""};
     std::string magic = r.next();
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");

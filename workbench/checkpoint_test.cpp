@@ -205,7 +205,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
 // behaviour that named line -2147483645. Started just below 2^31, it counts on past it.
 TEST_CASE("checkpoint: the line count does not overflow past 2^31") {
     std::istringstream in("\n\n\nsorter-checkpoint 7\n");
-    WordReader r{in, "--load big.txt"};
+    WordReader r{in, "--load big.txt", 1, ""};
     r.line = 2147483647;
     CHECK(r.next() == "sorter-checkpoint");
     CHECK(r.at() == "--load big.txt line 2147483650");

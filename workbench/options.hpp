@@ -127,10 +127,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
             whole_flag("--max-digit", "digits are 1..N, so V = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
             path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
-                      "spaces; blank lines and lines starting with # are skipped)", true, &O::train_data_path)}},
+                      "spaces; blank lines and lines starting with # are skipped); with --load, the file that model "
+                      "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path)}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
-                       "checkpoint stopped", 0, MAX_STEPS, false, &R::steps),
+                       "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0, MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
                               MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
@@ -268,7 +269,7 @@ inline Options parse_options(int argc, char** argv) {
              OPTIMIZER_NAMES[int(o.train.optimizer)]);
     if (!o.load_path.empty())
         for (const Flag* f : given)
-            if (f->fixed_by_checkpoint)
+            if (f->fixed_by_checkpoint && f->name != "--train-data")  // that one the checkpoint checks instead
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to

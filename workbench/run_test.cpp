@@ -215,12 +215,13 @@ TEST_CASE("run(): each picture --svg will write is checked before training") {
 // once and every step was lost.
 pid_t start_run(const std::vector<std::string>& args, const std::string& log) {
     pid_t pid = fork();
+    REQUIRE(pid >= 0);
     if (pid != 0) return pid;
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // the child: its output into the log
+    install_signal_handlers();  // the child, first of all: sorter's handlers, not doctest's
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);  // a new log: no old text to be misread
     dup2(fd, 1);
     dup2(fd, 2);
     std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line, as main() sets it
-    install_signal_handlers();
     int status = 1;
     try {
         status = finish_output(stdout, run(parse_options(args)));
@@ -259,6 +260,7 @@ TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a 
     CHECK(contains(read_all(m), "updates " + std::to_string(step) + "\n"));
 
     std::string big = dir.file("big.txt");
+    log = dir.file("log2");
     pid = start_run({"--steps", "1000000", "--d-model", "128", "--d-ff", "512", "--save", big}, log);
     REQUIRE(wait_for_text(pid, log, "held-out loss"));
     kill(pid, SIGINT);
@@ -267,7 +269,7 @@ TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a 
     REQUIRE(waitpid(pid, &status, 0) == pid);
     CHECK(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGINT);
-    CHECK(dir.listing() == std::vector<std::string>{"log", "m.txt"});
+    CHECK(dir.listing() == std::vector<std::string>{"log", "log2", "m.txt"});
 }
 
 // SIGHUP and SIGQUIT, like SIGTERM and SIGINT, remove the temporary file of a write under way: before,
@@ -293,4 +295,47 @@ TEST_CASE("signals: HUP, QUIT, TERM and INT during a write leave no temporary fi
         CHECK(WTERMSIG(status) == sig);
         CHECK(!std::filesystem::exists(tmp));
     }
+}
+
+// A model trained on a --train-data file goes on only with that file: before, --load m.txt --steps 10
+// trained on every source and scored on 13 "held-out" sequences, two of them lines of the file. The
+// checkpoint keeps the file's fingerprint; the same file gives the same held-out set, any other is refused.
+TEST_CASE("run(): a model trained on a --train-data file goes on with that file and its held-out set") {
+    TempDir dir("pool");
+    std::ofstream(dir.file("pool.txt")) << "1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 2\n";
+    std::ofstream(dir.file("other.txt")) << "# the same lines, one changed\n1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 3\n";
+    std::string m = dir.file("m.txt"), log = dir.file("log");
+    auto outcome = [&](std::vector<std::string> args) {  // the run's output, or its one-line refusal
+        Options o;
+        std::string parse = parse_error(args, &o);
+        if (!parse.empty()) return parse;
+        std::FILE* saved_stdout = stdout;
+        std::FILE* out = std::fopen(log.c_str(), "w");
+        REQUIRE(out != nullptr);
+        stdout = out;
+        std::string error;
+        try {
+            run(o);
+        } catch (const UsageError& e) {
+            error = e.message;
+        }
+        stdout = saved_stdout;
+        std::fclose(out);
+        return error.empty() ? read_all(log) : error;
+    };
+    std::string first = outcome({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"),
+                                 "--steps", "50", "--save", m});
+    REQUIRE(contains(first, "held-out: 11 sequences that training never draws"));
+    CHECK(contains(read_all(m), "\ntrain_data 5 "));
+    CHECK(contains(outcome({"--load", m, "--steps", "10"}), "this model trained on a --train-data file of 5 "
+                                                             "sequences; give the file again"));
+    CHECK(contains(outcome({"--load", m, "--steps", "10", "--train-data", dir.file("other.txt")}),
+                   "not the file the model in " + m + " trained on"));
+    std::string again = outcome({"--load", m, "--steps", "10", "--train-data", dir.file("pool.txt")});
+    CHECK(contains(again, "training data: 5 sequences"));
+    CHECK(contains(again, "held-out: 11 sequences that training never draws"));
+    CHECK(contains(outcome({"--load", m, "--sort", "3", "1", "2"}), "input  [3, 1, 2]"));  // no data needed
+    REQUIRE(contains(outcome({"--steps", "5", "--save", dir.file("plain.txt")}), "saved"));
+    CHECK(contains(outcome({"--load", dir.file("plain.txt"), "--train-data", dir.file("pool.txt")}),
+                   "that model trained on generated data"));
 }
