@@ -318,13 +318,21 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
     return decoded;
 }
 
-// Many examples are decoded or scored DECODE_CHUNK at a time, as one stack of rows: large products,
-// bounded memory. The examples of one chunk share one target length.
-constexpr std::size_t DECODE_CHUNK = 100;
-inline Transformer::Batch sources_of(const std::vector<Example>& examples, std::size_t chunk) {  // the chunk's sources
-    Transformer::Batch sources;
-    for (std::size_t i = chunk; i < std::min(chunk + DECODE_CHUNK, examples.size()); i++)
-        sources.push_back(examples[i].source);
+// Many examples are decoded or scored a chunk of sequences at a time, as one stack of rows: large products,
+// and memory near a training batch's. A forward pass keeps, per sequence of length L, about n_heads L^2
+// attention weights and 16 L d_model other values in each attention layer, and 4 L d_ff in each
+// feed-forward layer; a chunk keeps at most CHUNK_VALUES of them (48 MB), and 6 to 100 sequences (6: a
+// decoding step's rows then fill the 6-row tiles of matmul_fast).
+constexpr double CHUNK_VALUES = 6e6;
+inline std::size_t chunk_size(const ModelConfig& c, int L) {
+    double attention_layers = c.enc_layers + 2.0 * c.dec_layers, ffn_layers = c.enc_layers + c.dec_layers;
+    double per_sequence = attention_layers * (double(c.n_heads) * L * L + 16.0 * L * c.d_model) +
+                          ffn_layers * 4.0 * L * c.d_ff;
+    return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, double(TILE_ROWS), 100.0));  // a tile's rows, at least
+}
+inline Transformer::Batch sources_of(const std::vector<Example>& examples, std::size_t first, std::size_t n) {
+    Transformer::Batch sources;  // the sources of examples first .. first + n - 1 (fewer at the end)
+    for (std::size_t i = first; i < std::min(first + n, examples.size()); i++) sources.push_back(examples[i].source);
     return sources;
 }
 
@@ -332,8 +340,10 @@ inline Transformer::Batch sources_of(const std::vector<Example>& examples, std::
 // training table prints beside the training loss.
 inline double teacher_forced_loss(Transformer& model, const std::vector<Example>& examples) {
     double loss = 0.0;
-    for (std::size_t chunk = 0; chunk < examples.size(); chunk += DECODE_CHUNK) {
-        Transformer::Batch sources = sources_of(examples, chunk), targets_in;
+    if (examples.empty()) return loss;
+    const std::size_t n = chunk_size(model.config, int(examples[0].target.size()));
+    for (std::size_t chunk = 0; chunk < examples.size(); chunk += n) {
+        Transformer::Batch sources = sources_of(examples, chunk, n), targets_in;
         for (std::size_t k = 0; k < sources.size(); k++) targets_in.push_back(examples[chunk + k].target_in);
         Matrix logits = model.forward(sources, targets_in);  // (n_seq T, vocab)
         int T = logits.rows / int(sources.size());
@@ -352,12 +362,13 @@ struct Accuracy {
     int exact_count = 0, total = 0;
 };
 
-// Greedy outputs for many examples, a chunk at a time.
+// Greedy outputs for many examples, a chunk at a time (all of one target length).
 inline std::vector<std::vector<int>> greedy_decode_all(Transformer& model, const std::vector<Example>& examples) {
     std::vector<std::vector<int>> guesses;
-    for (std::size_t chunk = 0; chunk < examples.size(); chunk += DECODE_CHUNK)
-        for (std::vector<int>& g : greedy_decode(model, sources_of(examples, chunk), int(examples[chunk].target.size())))
-            guesses.push_back(std::move(g));
+    if (examples.empty()) return guesses;
+    const int T = int(examples[0].target.size());
+    for (std::size_t chunk = 0, n = chunk_size(model.config, T); chunk < examples.size(); chunk += n)
+        for (std::vector<int>& g : greedy_decode(model, sources_of(examples, chunk, n), T)) guesses.push_back(std::move(g));
     return guesses;
 }
 

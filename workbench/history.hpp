@@ -67,6 +67,17 @@ inline void show_examples(const std::string& title, Transformer& model, History&
     history.predictions.push_back({title, lines});
 }
 
+// An evaluation costs about two forward passes of every held-out sequence (greedy decoding and the held-out
+// loss); a training step, three of each of its examples (the forward, and the backward's two products per
+// product). When the evaluations come often and each outweighs the steps between them, say so: at the
+// largest size, --eval-every 1 spends minutes evaluating for every few seconds of training.
+inline void warn_if_evaluation_dominates(const Options& o, std::size_t held_out) {
+    double evaluation = 2.0 * double(held_out), between = 3.0 * double(o.eval_every) * o.train.batch;
+    if (o.train.steps / o.eval_every >= 10 && evaluation > between)
+        std::fprintf(stderr, "sorter: note: each evaluation (every %ld steps) costs about %.0f times the training "
+                     "between two; a larger --eval-every trains faster\n", o.eval_every, evaluation / between);
+}
+
 // The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched
 // inputs before the first step, and the table's head. Steps first .. last.
 inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last) {
@@ -82,6 +93,7 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
     std::printf("%s", header.c_str());
+    warn_if_evaluation_dominates(o, data.held_out.size());
     show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, history);
     std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     return history;

@@ -134,8 +134,9 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     const int n_heads = model.config.n_heads, layers = int(model.decoder.size());
     hits.assign(std::size_t(layers) * n_heads, 0);
     long steps = 0;
-    for (std::size_t chunk = 0; chunk < held_out.size(); chunk += DECODE_CHUNK) {  // greedy decoding, step by step
-        Transformer::Batch sources = sources_of(held_out, chunk);
+    const std::size_t n = chunk_size(model.config, int(held_out[0].target.size()));
+    for (std::size_t chunk = 0; chunk < held_out.size(); chunk += n) {  // greedy decoding, step by step
+        Transformer::Batch sources = sources_of(held_out, chunk, n);
         Matrix memory = model.encode(sources);
         Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});
         for (int step = 0; step < int(held_out[chunk].target.size()); step++) {

@@ -80,7 +80,7 @@ inline void time_to_accuracy(const Options& o) {
     }
     if (decoded)
         std::printf("greedy decoding: %.1f us per sequence (%zu together, keys and values kept)\n",
-                    1e6 * decode_seconds / decoded, DECODE_CHUNK);
+                    1e6 * decode_seconds / decoded, chunk_size(o.model, o.data.seq_len));
 }
 
 // The speed table of docs/performance.md, every figure measured in this run. Each row
