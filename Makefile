@@ -3,7 +3,7 @@
 #   make test        build and run the gradient checks and behaviour tests (doctest)
 #   make gradcheck   only the gradient checks of tests.cpp, with their table (seconds after editing a backward)
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
-#   make course      run every command of docs/course.md again; fail if an output drifted from the page
+#   make course      run every command pasted in README.md and docs/*.md again; fail if an output drifted
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
@@ -69,9 +69,17 @@ test: tests
 # the rebuild and the run take seconds.
 gradcheck-tests: tests.cpp $(HEADERS) Makefile doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -Og -o $@ tests.cpp doctest-main.o
+# The checks run as two processes side by side, one on each of two cores: four of the whole-model
+# checks (about half the work) in the background, their table printed after the others'.
+# (doctest splits a filter at commas, so ? stands for the comma in the test names.)
+GRADCHECK_HALF := gradient: whole model? 2*,gradient: whole model? default*,gradient: whole model? Norm*,$\
+                  gradient: whole model? Positions::learned*
 gradcheck: gradcheck-tests
 	@echo "gradient check: every entry of every tensor against central differences (h = 3e-5); a row is wrong above 1e-6"
-	@./gradcheck-tests -tc="gradient:*"
+	@./gradcheck-tests -tc="$(GRADCHECK_HALF)" > gradcheck-half.log 2>&1 & half=$$!; \
+	 ./gradcheck-tests -tc="gradient:*" -tce="$(GRADCHECK_HALF)"; rest=$$?; \
+	 wait $$half; status=$$?; cat gradcheck-half.log; rm -f gradcheck-half.log; \
+	 test $$rest -eq 0 && test $$status -eq 0
 
 tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
 	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
@@ -80,7 +88,7 @@ tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Ma
 sanitize: tests-sanitize
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
 
-# Every command of the course page, run again and compared with what the page shows (timings masked).
+# Every command pasted in README.md and docs/*.md, run again and compared with the page (timings masked).
 course: sorter
 	@docs/check-course
 

@@ -68,9 +68,10 @@ inline std::string loaded_text(const Options& o, const Saved& saved) {
 // Training needs a held-out set: half of all sources at most are held out, and half of 1 is none.
 inline void check_held_out(const Options& o, const Dataset& data) {
     if (!data.held_out.empty()) return;
-    fail(fmt("no held-out set is possible: --seq-len %d --min-len %d --max-digit %d allow only %.0f different input%s%s; "
-             "raise --seq-len or --max-digit", o.data.seq_len, o.data.min_len, o.data.max_digit, count_sources(o.data),
-             count_sources(o.data) == 1 ? "" : "s", data.train_pool.empty() ? "" : ", and --train-data uses them"));
+    fail(fmt("no held-out set is possible: --seq-len %d --min-len %d --max-digit %d allow only %.0f different "
+             "input%s%s; raise --seq-len or --max-digit", o.data.seq_len, o.data.min_len, o.data.max_digit,
+             count_sources(o.data), count_sources(o.data) == 1 ? "" : "s",
+             data.train_pool.empty() ? "" : ", and --train-data uses them"));
 }
 
 // =============================================================================================
@@ -186,11 +187,12 @@ inline int run(Options o) {
     Saved saved(o.data, o.train, o.seed);
     Transformer model = build_or_load(o, saved);
     std::vector<std::vector<int>> pool;
-    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, saved);
+    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, saved.pool_size);
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
-        check_train_data(o.load_path, o.train_data_path, saved, pool, o.train.steps > 0 || o.sort_words.empty() ||
-                         o.inspect || o.test_len > 0 || !o.report_path.empty());
+        check_train_data(o.load_path, o.train_data_path, saved.pool_size, saved.pool_hash, pool,
+                         o.train.steps > 0 || o.sort_words.empty() || o.inspect || o.test_len > 0 ||
+                         !o.report_path.empty());
     saved.pool_size = long(pool.size()), saved.pool_hash = pool.empty() ? 0 : pool_fingerprint(pool);
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();

@@ -2,21 +2,16 @@
 //
 // Read this file first. Everything here works on a Matrix: a rows x cols block of doubles
 // stored row by row. One row is one position of a sequence, so a sequence of T tokens that
-// each carry d_model numbers is a (T, d_model) matrix.
-//
-// Legend used in every file:
+// each carry d_model numbers is a (T, d_model) matrix. Legend used in every file:
 //   T        target (decoder) sequence length      S      source (encoder) sequence length
 //   d_model  width of every token vector           vocab  vocabulary size
 //   n_heads  attention heads                       d_k    d_model / n_heads, width of one head
 //   d_ff     hidden width of the feed-forward layer
-//   n_seq    sequences in a mini-batch, run as one stack of rows: (n_seq T, d_model)
-//   Q K V    attention's queries, keys and values (never the vocabulary)
+//   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
-// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu and gelu;
-// blocks of rows (one sequence, one head). Skip on a first reading: the last section, "the same
-// numbers, faster", whose *_fast kernels the model calls: same bits as the plain loops (tests.cpp
-// checks), so the loops are what to read for the math.
-//
+// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu, gelu;
+// blocks of rows. Skip on a first reading the last, "the same numbers, faster": the model calls its
+// *_fast kernels, which give the plain loops' bits (tests.cpp checks); the loops are the math.
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
 // over every path from an input to the loss: when one input feeds two places, both add in.
@@ -29,7 +24,6 @@
 
 // ---------------------------------------------------------------------------------------------
 // Matrix: rows x cols doubles, row-major. at(r, c) is the only indexing a reader needs.
-// ---------------------------------------------------------------------------------------------
 struct Matrix {
     int rows = 0, cols = 0;
     std::vector<double> data;  // (rows * cols), row r starts at data[r * cols]
@@ -76,7 +70,6 @@ inline void xavier_init(Matrix& w, Rng& rng) {
 
 // ---------------------------------------------------------------------------------------------
 // Matrix product  C = A B.   A (n, k), B (k, m), C (n, m).
-// ---------------------------------------------------------------------------------------------
 inline Matrix matmul(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.cols);
     for (int i = 0; i < A.rows; i++)
@@ -105,7 +98,6 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 // Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
 // Entry (i, j) is the dot product of row i of A with row j of B, both rows contiguous in memory.
 // Attention's scores Q K^T are this product (the model calls matmul_bt_fast, at the end of the file).
-// ---------------------------------------------------------------------------------------------
 inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.rows);
     for (int i = 0; i < A.rows; i++)
@@ -132,7 +124,6 @@ inline void matmul_bt_backward(const Matrix& dC, const Matrix& A, const Matrix& 
 
 // ---------------------------------------------------------------------------------------------
 // Sum  C = A + B (same shape). This is the residual connection x + sublayer(x) (Sublayer in model.hpp).
-// ---------------------------------------------------------------------------------------------
 inline Matrix add(const Matrix& A, const Matrix& B) {
     Matrix C = A;
     for (std::size_t i = 0; i < C.data.size(); i++) C.data[i] += B.data[i];
@@ -152,7 +143,6 @@ inline void accumulate(Matrix& dA, const Matrix& dC) {
 
 // ---------------------------------------------------------------------------------------------
 // Bias  Y = X + b, the row vector b (1, m) added to every row of X (n, m).
-// ---------------------------------------------------------------------------------------------
 // X is taken by value: a temporary, such as add_row(matmul(x, W), b), moves in and is not copied.
 inline Matrix add_row(Matrix X, const Matrix& b) {
     for (int i = 0; i < X.rows; i++)
@@ -168,7 +158,6 @@ inline void add_row_backward(const Matrix& dY, Matrix& db) {
 
 // ---------------------------------------------------------------------------------------------
 // Scale  Y = s X  by a constant s.
-// ---------------------------------------------------------------------------------------------
 inline Matrix scale(const Matrix& X, double s) {
     Matrix Y = X;
     for (double& v : Y.data) v *= s;
@@ -181,7 +170,6 @@ inline void scale_backward(const Matrix& dY, double s, Matrix& dX) {
 
 // ---------------------------------------------------------------------------------------------
 // Row-wise softmax  P[i][j] = exp(X[i][j]) / sum_k exp(X[i][k]).   X, P (n, m).
-// ---------------------------------------------------------------------------------------------
 inline Matrix softmax_rows(const Matrix& X) {
     Matrix P(X.rows, X.cols);
     for (int i = 0; i < X.rows; i++) {
@@ -210,7 +198,6 @@ inline void softmax_rows_backward(const Matrix& dP, const Matrix& P, Matrix& dX)
 
 // ---------------------------------------------------------------------------------------------
 // Activations, elementwise. Each backward multiplies dY by the local slope at the saved input X.
-// ---------------------------------------------------------------------------------------------
 inline Matrix relu(const Matrix& X) {
     Matrix Y = X;
     for (double& v : Y.data) v = v > 0.0 ? v : 0.0;
@@ -241,7 +228,6 @@ inline void gelu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
 // ---------------------------------------------------------------------------------------------
 // Blocks: a mini-batch is its sequences' rows stacked (sequence e of length T owns rows e*T ..),
 // and multi-head attention cuts each sequence's Q, K, V into n_heads slices of d_k columns.
-// ---------------------------------------------------------------------------------------------
 inline Matrix take_block(const Matrix& X, int row, int rows, int col, int cols) {  // X (n, m) -> (rows, cols)
     Matrix Y(rows, cols);
     for (int i = 0; i < rows; i++)

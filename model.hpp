@@ -6,19 +6,15 @@
 // returns the gradient for its input. Two exceptions, each said where it happens: a block with two
 // inputs (attention's queries and memory) adds into gradients the caller zeroed, and Embedding's
 // input is token ids, integers with no gradient, so its backward returns nothing.
-//
-// Legend: T, S target and source lengths, d_model, n_heads, d_k = d_model / n_heads, d_ff, vocab
-// (the vocabulary size). A mini-batch of n_seq sequences runs as one stack of rows: sequence e owns
-// rows e*S .. of the encoder's matrices and e*T .. of the decoder's, so a shape reads (n_seq T, d_model).
-//
-// Sections: Linear; Embedding and positions; scaled dot-product attention and its masks; multi-head
-// attention; LayerNorm; FeedForward; Sublayer (the residual rule); EncoderBlock; DecoderBlock; the
-// Transformer. Skip on a first reading: Positions::random (position_rows, hash_of) and the decoding
-// cache (KV, next_row, first_position), which only greedy decoding in train.hpp uses.
+// Legend as in matrix.hpp: a mini-batch of n_seq sequences runs as one stack of rows (sequence e owns rows
+// e*S .. of the encoder's matrices, e*T .. of the decoder's), so shapes read (n_seq T, d_model).
+// Sections: Linear; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
+// Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer. Skip on a first reading:
+// Positions::random (position_rows, hash_of) and the decoding cache (KV, next_row, first_position).
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
 // variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
-// output projection. Token ids: PAD = 0, digits 1..max_digit, START = V - 1 (train.hpp says how
+// output projection. Token ids: PAD = 0, digits 1..max_digit, START = vocab - 1 (train.hpp says how
 // the task uses them). The exercise switches (post-norm, learned or no positions, GELU, no
 // embedding scale) each change one place: Sublayer, Embedding, FeedForward.
 #pragma once
@@ -59,7 +55,6 @@ using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
 // Linear  y = x W + b.   x (n, d_in), W (d_in, d_out), b (1, d_out), y (n, d_out).
-// ---------------------------------------------------------------------------------------------
 struct Linear {
     Param W, b;  // b is empty (0 x 0) for a layer without bias, like W_q W_k W_v W_o
     Matrix x;    // saved input (n, d_in)
@@ -90,7 +85,6 @@ struct Linear {
 // Embedding + positions:  X[t] = table[token_t] * scale + pos[row_t].   X (n_seq L, d_model) for
 // n_seq sequences of L tokens. One table is shared by the source and the target, so backward takes
 // the tokens it undoes.
-// ---------------------------------------------------------------------------------------------
 // PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
 // Each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
 inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model)
@@ -105,7 +99,7 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
 }
 
 // Why scale = sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
-// table row has entries of spread sqrt(2 / (V + d_model)), about 0.27 here (the paper's table, shared
+// table row has entries of spread sqrt(2 / (vocab + d_model)), about 0.27 here (the paper's table, shared
 // with the output layer, has entries near 1 / sqrt(d_model)). The scale brings the token's part up to
 // the size of the position's part, so neither drowns the other when they are added.
 struct Embedding {
@@ -180,7 +174,6 @@ inline std::vector<int> position_rows(int L, int max_len, Positions positions, R
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
 // mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. masked() REPLACES
 // each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
-// ---------------------------------------------------------------------------------------------
 // Causal mask (T, T): position t sees positions 0..t and nothing after, so a decoder trained with
 // teacher forcing cannot peek at the token it is asked to predict.
 inline Matrix causal_mask(int T) {
@@ -242,7 +235,6 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 //   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
-// ---------------------------------------------------------------------------------------------
 // The decoding cache, used by greedy decoding only (train.hpp); skip on a first reading. Keys and
 // values come fresh from x_kv in training. Greedy decoding feeds each sequence's newest row only, and
 // the attention keeps what it made: KV::append adds the new rows' keys and values (causal
@@ -318,7 +310,6 @@ struct MultiHeadAttention {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model).
 // var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
-// ---------------------------------------------------------------------------------------------
 struct LayerNorm {
     static constexpr double eps = 1e-5;
     Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
@@ -380,7 +371,6 @@ struct LayerNorm {
 // ---------------------------------------------------------------------------------------------
 // Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
 //   x, y (n, d_model), hidden (n, d_ff). act is ReLU, or GELU for the exercise.
-// ---------------------------------------------------------------------------------------------
 struct FeedForward {
     Linear layer1, layer2;  // (d_model -> d_ff), (d_ff -> d_model), both with bias
     Activation activation = Activation::relu;
@@ -416,7 +406,6 @@ struct FeedForward {
 // (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
 // The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
 // f_backward) its backward (d of f's output in, d of f's input out): a block's backward is its forward reversed.
-// ---------------------------------------------------------------------------------------------
 struct Sublayer {
     LayerNorm norm;
     Norm where = Norm::pre;
@@ -445,7 +434,6 @@ struct Sublayer {
 
 // ---------------------------------------------------------------------------------------------
 // Encoder block: self-attention, then feed-forward, each inside a Sublayer.   x, out (n_seq S, d_model)
-// ---------------------------------------------------------------------------------------------
 struct EncoderBlock {
     Sublayer attn_sub, ffn_sub;
     MultiHeadAttention self_attn;
@@ -476,7 +464,6 @@ struct EncoderBlock {
 // ---------------------------------------------------------------------------------------------
 // Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
 //   y, out (n_seq T, d_model), memory (n_seq S, d_model)
-// ---------------------------------------------------------------------------------------------
 struct DecoderBlock {
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
@@ -524,7 +511,6 @@ struct DecoderBlock {
 // The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
 // input, run the decoder blocks against the memory; final LayerNorm; project to vocab logits.
 //   sources n_seq x (S), targets_in n_seq x (T), memory (n_seq S, d_model), logits (n_seq T, vocab)
-// ---------------------------------------------------------------------------------------------
 struct Transformer {
     ModelConfig config;
     Embedding embed;  // shared by source and target

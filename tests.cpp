@@ -9,15 +9,13 @@
 // `make test` runs everything; any failed CHECK makes the binary exit non-zero.
 //
 // Legend as in the headers: T target length, S source length, d_model token width, n_heads heads,
-// d_k = d_model / n_heads, d_ff feed-forward width, V vocabulary size.
+// d_k = d_model / n_heads, d_ff feed-forward width, vocab the vocabulary size.
 #include <doctest/doctest.h>  // doctest's main() is compiled once, into doctest-main.o (Makefile)
 
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <map>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>

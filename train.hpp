@@ -5,13 +5,10 @@
 // by the true target shifted right by one, and at every position predicts the next true token.
 // At test time there is no true target to read, so greedy decoding feeds back its own argmax.
 //
-// Sections: the settings (DataConfig, TrainConfig); the task's wiring; examples and the Dataset;
-// cross-entropy; optimizers and learning-rate schedules; one training step, and the training loop's
-// step; greedy decoding and evaluation. Skip on a first reading: momentum, Adam and the schedules
-// other than the default linear decay.
-//
-// Legend: T target length, S source length (both seq_len here), vocab the vocabulary size,
-// n_seq the sequences of a mini-batch (its `batch` examples), stacked as rows.
+// Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
+// schedules (skip momentum, Adam and warm-up on a first reading); a training step and the training
+// loop's step; greedy decoding and evaluation. Legend: T, S target and source lengths (both seq_len),
+// vocab, and n_seq the sequences of a mini-batch, stacked as rows (matrix.hpp).
 #pragma once
 
 #include <algorithm>
@@ -23,9 +20,7 @@
 #include "model.hpp"
 
 // ---------------------------------------------------------------------------------------------
-// The settings of a run: what the data is, and how training goes. Each choice with its names as the
-// flags and the checkpoint file spell them.
-// ---------------------------------------------------------------------------------------------
+// The settings of a run, each choice with its names as the flags and the checkpoint file spell them.
 enum class Task { sort, copy, reverse };
 const std::vector<std::string> TASK_NAMES = {"sort", "copy", "reverse"};
 
@@ -38,8 +33,7 @@ struct DataConfig {
 
 // The optimizers and schedules are written out below (Optimizer, scheduled_lr).
 enum class OptimizerKind { sgd, momentum, adam };
-const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};   // as the flag spells them
-const std::vector<std::string> OPTIMIZER_TITLES = {"SGD", "momentum", "Adam"};  // as the run's header prints
+const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
 // The learning rate of each optimizer when --lr is not given: momentum's steps are about 1 / (1 - mu)
 // = 10 times SGD's for the same rate, and Adam's are about lr in every entry whatever the gradient's size.
 constexpr double DEFAULT_LR[] = {0.2, 0.02, 0.001};
@@ -47,8 +41,7 @@ enum class Schedule { constant, linear, warmup };
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 
 // How a run trains. The defaults were chosen by measurement over seeds 1-10 (README.md, "Why these
-// defaults"): every seed reaches 100% held-out and stays there at every evaluation; a constant rate, or
-// a higher one, wobbles.
+// defaults"): every seed reaches 100% held-out and stays there; a constant rate, or a higher one, wobbles.
 struct TrainConfig {
     long steps = 5000;
     int batch = 16;
@@ -60,7 +53,6 @@ struct TrainConfig {
 
 // ---------------------------------------------------------------------------------------------
 // The task's wiring, stated once: every other file calls these.
-// ---------------------------------------------------------------------------------------------
 // Token ids: PAD 0, digits 1..max_digit, START = vocab - 1, so vocab = max_digit + 2.
 inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
 inline int start_token(int vocab) { return vocab - 1; }
@@ -169,7 +161,6 @@ struct Dataset {
 // numbers; with the log in front, its row term collapses to this simple form.)
 // weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
 // Every position counts, PAD targets too: PAD is how the model says "the output ends here".
-// ---------------------------------------------------------------------------------------------
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
                             Matrix& d_logits) {
     int T = logits.rows;
@@ -197,7 +188,6 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 //              m_hat = m / (1 - beta1^t),    s_hat = s / (1 - beta2^t)       (both start at 0: unbias)
 //              w -= lr m_hat / (sqrt(s_hat) + eps)                           (a step size per entry)
 //   with the paper's beta1 0.9, beta2 0.98, eps 1e-9; t counts the updates from 1.
-// ---------------------------------------------------------------------------------------------
 struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
     OptimizerKind kind = OptimizerKind::sgd;
@@ -252,15 +242,11 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 // ---------------------------------------------------------------------------------------------
 // One training step on a mini-batch: zero every grad, add up the gradient of the mean loss over the
 // batch, then let the optimizer move every parameter.
-// ---------------------------------------------------------------------------------------------
 // The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
 inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer) {
     model.zero_grad();
     Transformer::Batch sources, targets_in;
-    for (const Example& e : batch) {
-        sources.push_back(e.source);
-        targets_in.push_back(e.target_in);
-    }
+    for (const Example& e : batch) sources.push_back(e.source), targets_in.push_back(e.target_in);
     model.training = true;  // random positions: fresh draws (model.hpp, Transformer)
     Matrix logits = model.forward(sources, targets_in);  // (n_seq T, vocab), n_seq = batch.size()
     model.training = false;
@@ -277,11 +263,8 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
     return loss;
 }
 
-// The training loop, one step: draw a mini-batch, find this step's learning rate, train on it. Steps
-// count from 1 to `last`, the run's last step (the linear schedule decays towards it); with a run that
-// goes on from a checkpoint, step numbers go on from the updates already made. main.cpp runs the loop:
-//     for (long step = first; step <= last; step++) training_step(model, data, config, optimizer, draws, step, last);
-// with its printing and recording around each step.
+// The training loop's step: draw a mini-batch, find this step's learning rate, train on it. main.cpp runs
+// for (step = first; step <= last; step++), printing around each; `last` is the one the schedule decays to.
 inline double training_step(Transformer& model, const Dataset& data, const TrainConfig& c, Optimizer& optimizer,
                             Rng& draws, long step, long last) {
     std::vector<Example> batch = data.draw_batch(draws, c.batch);
@@ -294,7 +277,6 @@ inline double training_step(Transformer& model, const Dataset& data, const Train
 // of the last position's logits, starting from the START token that teacher forcing used. Each step
 // runs only the newest tokens through the decoder (which keeps the earlier keys and values), many
 // sources together as one stack of rows: the same bits as one at a time over the whole prefix.
-// ---------------------------------------------------------------------------------------------
 // One decoding step: the next token of every sequence, the argmax of its newest logits row. `newest`
 // holds each sequence's last token and becomes the chosen one; step 0 reads START.
 inline void decode_step(Transformer& model, const Matrix& memory, const Transformer::Batch& sources,
@@ -318,21 +300,21 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
     return decoded;
 }
 
-// Many examples are decoded or scored a chunk of sequences at a time, as one stack of rows: large products,
-// and memory near a training batch's. A forward pass keeps, per sequence of length L, about n_heads L^2
-// attention weights and 16 L d_model other values in each attention layer, and 4 L d_ff in each
-// feed-forward layer; a chunk keeps at most CHUNK_VALUES of them (48 MB), and 6 to 100 sequences (6: a
-// decoding step's rows then fill the 6-row tiles of matmul_fast).
+// Many examples are decoded or scored a chunk at a time, as one stack of rows: large products, bounded
+// memory. A forward pass keeps per sequence of length L about n_heads L^2 + 16 L d_model values in each
+// attention layer and 4 L d_ff in each feed-forward; a chunk keeps at most CHUNK_VALUES (48 MB) of them,
+// in 6 to 100 sequences (6 fill matmul_fast's tile of rows at each decoding step).
 constexpr double CHUNK_VALUES = 6e6;
 inline std::size_t chunk_size(const ModelConfig& c, int L) {
     double attention_layers = c.enc_layers + 2.0 * c.dec_layers, ffn_layers = c.enc_layers + c.dec_layers;
     double per_sequence = attention_layers * (double(c.n_heads) * L * L + 16.0 * L * c.d_model) +
                           ffn_layers * 4.0 * L * c.d_ff;
-    return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, double(TILE_ROWS), 100.0));  // a tile's rows, at least
+    return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, double(TILE_ROWS), 100.0));
 }
 inline Transformer::Batch sources_of(const std::vector<Example>& examples, std::size_t first, std::size_t n) {
     Transformer::Batch sources;  // the sources of examples first .. first + n - 1 (fewer at the end)
-    for (std::size_t i = first; i < std::min(first + n, examples.size()); i++) sources.push_back(examples[i].source);
+    for (std::size_t i = first; i < std::min(first + n, examples.size()); i++)
+        sources.push_back(examples[i].source);
     return sources;
 }
 
@@ -368,7 +350,8 @@ inline std::vector<std::vector<int>> greedy_decode_all(Transformer& model, const
     if (examples.empty()) return guesses;
     const int T = int(examples[0].target.size());
     for (std::size_t chunk = 0, n = chunk_size(model.config, T); chunk < examples.size(); chunk += n)
-        for (std::vector<int>& g : greedy_decode(model, sources_of(examples, chunk, n), T)) guesses.push_back(std::move(g));
+        for (std::vector<int>& g : greedy_decode(model, sources_of(examples, chunk, n), T))
+            guesses.push_back(std::move(g));
     return guesses;
 }
 

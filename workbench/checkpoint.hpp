@@ -24,37 +24,6 @@ struct Saved {  // what a checkpoint keeps besides the model
         : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
 };
 
-// The fingerprint of a --train-data file: its sequences in order (not its comments or spacing), hashed.
-inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {
-    std::vector<int> all;
-    for (const std::vector<int>& sequence : pool) {
-        all.insert(all.end(), sequence.begin(), sequence.end());
-        all.push_back(PAD);  // digits are never PAD: a separator, so that [1 2][3] and [1][2 3] differ
-    }
-    return hash_of(all);
-}
-// A model that trained on generated data takes no --train-data file: it would change its held-out set.
-// (Checked before the file is read, whose lines may not even fit that model's data settings.)
-inline void refuse_new_train_data(const std::string& load_path, const std::string& train_data_path,
-                                  const Saved& saved) {
-    if (saved.pool_size == 0 && !train_data_path.empty())
-        fail("--train-data " + train_data_path + " cannot be combined with --load " + load_path +
-             ": that model trained on generated data, and a file would change its held-out set");
-}
-// The held-out set depends on the training file (no held-out input is one of its lines), so a model that
-// trained on one goes on only with the same file, and is scored only against the same held-out set.
-// Without a file, --sort, --params, --show-pe and --trace-shapes still work (`needs_data` false).
-inline void check_train_data(const std::string& load_path, const std::string& train_data_path, const Saved& saved,
-                             const std::vector<std::vector<int>>& pool, bool needs_data) {
-    std::string trained_on = fmt("a --train-data file of %ld sequences", saved.pool_size);
-    if (saved.pool_size > 0 && !train_data_path.empty() &&
-        (long(pool.size()) != saved.pool_size || pool_fingerprint(pool) != saved.pool_hash))
-        fail("--train-data " + train_data_path + ": not the file the model in " + load_path + " trained on (" +
-             trained_on + "); give that file, or train a new model");
-    if (saved.pool_size > 0 && train_data_path.empty() && needs_data)
-        fail("--load " + load_path + ": this model trained on " + trained_on + "; give the file again (--load " +
-             load_path + " --train-data FILE), so that training and scoring use the held-out set it had");
-}
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
 constexpr double MAX_STORED = 1e100;
@@ -122,10 +91,10 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const S
 // How many values the parameters of a model of config c hold, known before the model is built (a
 // test checks it against Transformer::parameters(), which builds the names and shapes).
 inline long parameter_count(const ModelConfig& c) {
-    long d = c.d_model, ff = c.d_ff, V = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
-    long embed = V * d + (c.positions == Positions::learned ? c.max_len * d : 0);
+    long d = c.d_model, ff = c.d_ff, vocab = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
+    long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
     return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
-           norm + d * V + V;
+           norm + d * vocab + vocab;
 }
 
 // Reads a checkpoint word by word; a word over 64 characters is an error, so no file can make a huge string.
@@ -372,8 +341,9 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
             const Example& e = batch[i];
             Matrix logits = model.forward({e.source}, {e.target_in}), unused(logits.rows, logits.cols);
             loss += weight * cross_entropy(logits, e.target, weight, unused);
-            std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i, ids_text(e.source).c_str(),
-                         ids_text(e.target_in).c_str(), ids_text(e.target).c_str(), logits.rows, logits.cols);
+            std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i,
+                         ids_text(e.source).c_str(), ids_text(e.target_in).c_str(), ids_text(e.target).c_str(),
+                         logits.rows, logits.cols);
             write_matrix(f, logits);
         }
         std::fprintf(f, "loss %.17g\ncheckpoint\n", loss);

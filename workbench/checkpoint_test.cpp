@@ -1,4 +1,5 @@
-// workbench/checkpoint_test.cpp -- tests of checkpoints: round trips, training on bit for bit, every corrupt file refused; --dump-step (checkpoint.hpp).
+// workbench/checkpoint_test.cpp -- tests of checkpoint.hpp: round trips, training on bit for bit, every
+// corrupt file refused, a pipe; --dump-step.
 #include "test_helpers.hpp"
 #include "checkpoint.hpp"
 
@@ -347,7 +348,7 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     for (long step = 1; step <= 3; step++) training_step(model, data, adam, saved.optimizer, saved.draws, step, 3);
     const std::string good = checkpoint_text(model, saved);
     REQUIRE(load_error(good) == "");
-    auto changed = [&](const std::string& line_start, const std::string& value) {  // the first value of that line's matrix
+    auto changed = [&](const std::string& line_start, const std::string& value) {  // the first value after line_start
         std::size_t at = good.find("\n" + line_start + "\n");
         REQUIRE(at != std::string::npos);
         std::size_t row = at + line_start.size() + 2, end = good.find(' ', row);

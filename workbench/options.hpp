@@ -131,7 +131,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                       "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path)}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
-                       "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0, MAX_STEPS, false, &R::steps),
+                       "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0,
+                       MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
                               MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
@@ -173,8 +174,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
                         &O::trace_shapes),
             switch_flag("--params", "parameter count per block and in total, then stop", false, true, &O::params),
-            path_flag("--svg", "DIR", "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR",
-                      false, &O::svg_dir),
+            path_flag("--svg", "DIR",
+                      "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR", false,
+                      &O::svg_dir),
             path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
                       "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
                       &O::report_path)}},
@@ -301,6 +303,7 @@ inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // th
                m.dec_layers, d.seq_len);
 }
 // "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
+const std::vector<std::string> OPTIMIZER_TITLES = {"SGD", "momentum", "Adam"};  // OPTIMIZER_NAMES, as titles
 inline std::string optimizer_text(const Options& o) {
     std::string text = fmt("%s lr %g, schedule %s", OPTIMIZER_TITLES[int(o.train.optimizer)].c_str(), o.train.lr,
                            SCHEDULE_NAMES[int(o.train.schedule)].c_str());

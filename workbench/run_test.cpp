@@ -1,4 +1,5 @@
-// workbench/run_test.cpp -- tests of main.cpp's run(): what a whole run does with bad paths, a missing held-out set, a diverging loss.
+// workbench/run_test.cpp -- tests of main.cpp's run(): whole runs, with bad paths, outputs on one file, no
+// held-out set, a diverging loss, a report, a --train-data file, and real signals.
 #define SORTER_NO_MAIN  // main.cpp without its main(): run() and finish_output() are called directly
 #include "../main.cpp"
 #include "test_helpers.hpp"

@@ -95,12 +95,13 @@ inline void run_bench(const Options& o) {
     const std::string mid = "--d-model 64 --heads 4 --d-ff 256 --enc-layers 2 --dec-layers 2 --seq-len 10";
     struct Row { std::string what, flags; bool vs_above; };  // vs_above: print examples/s over the row above's
     std::vector<Row> rows = {{"default, batch 1", "--batch 1", false}, {"default, batch 32", "--batch 32", false},
-                             {"mid, batch 1", mid + " --batch 1", false}, {"mid, batch 32", mid + " --batch 32", false}};
+                             {"mid, batch 1", mid + " --batch 1", false},
+                             {"mid, batch 32", mid + " --batch 32", false}};
     for (int k = 0; k < 4; k++)
         rows.push_back({fmt("seq_len %d, batch 32", 4 << k), fmt("--seq-len %d --batch 32", 4 << k), k > 0});
     for (int k = 0, n = 16; k < 4; k++, n *= 2)
-        rows.push_back({fmt("d_model %d, d_ff %d, batch 32", n, 2 * n), fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n),
-                        k > 0});
+        rows.push_back({fmt("d_model %d, d_ff %d, batch 32", n, 2 * n),
+                        fmt("--d-model %d --d-ff %d --batch 32", n, 2 * n), k > 0});
     std::printf("\n  %-34s %10s %14s %9s %6s\n", "training, 1 s a row", "examples/s", "FLOPs/example", "GFLOP/s",
                 "x prev");
     double previous = 0;
