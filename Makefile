@@ -10,7 +10,9 @@
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 CXX      ?= g++
-MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)  # the test objects build side by side
+ifeq ($(MAKELEVEL),0)  # the test objects build side by side (a make run from a recipe shares these jobs)
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
+endif
 # -march=native: use this CPU's vector instructions (the binary may not run on another machine).
 CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
 # The flags the numbers depend on stay out of what a user overrides (make CXXFLAGS=...):
@@ -90,7 +92,7 @@ sanitize: tests-sanitize
 
 # Every command pasted in README.md and docs/*.md, run again and compared with the page (timings masked).
 course: sorter
-	@docs/check-course
+	+@docs/check-course  # + : the page runs make too, which shares this make's jobs
 
 # The --report page in headless Chromium: no console error, well-formed, screenshots to look at.
 check-report: sorter

@@ -74,8 +74,9 @@ inline void show_examples(const std::string& title, Transformer& model, History&
 inline void warn_if_evaluation_dominates(const Options& o, std::size_t held_out) {
     double evaluation = 2.0 * double(held_out), between = 3.0 * double(o.eval_every) * o.train.batch;
     if (o.train.steps / o.eval_every >= 10 && evaluation > between)
-        std::fprintf(stderr, "sorter: note: each evaluation (every %ld steps) costs about %.0f times the training "
-                     "between two; a larger --eval-every trains faster\n", o.eval_every, evaluation / between);
+        std::fprintf(stderr, "sorter: note: each evaluation (every %ld step%s) costs about %.0f times the training "
+                     "between two; a larger --eval-every trains faster\n", o.eval_every, o.eval_every == 1 ? "" : "s",
+                     evaluation / between);
 }
 
 // The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched
