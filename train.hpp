@@ -86,6 +86,18 @@ struct Example {
     std::vector<int> target;     // (T) what the decoder must predict, then PAD
 };
 
+// The sources and decoder inputs of examples from .. from + n - 1 (fewer at the end): n_seq x (S) and
+// n_seq x (T), as Transformer::forward takes them.
+struct Inputs {
+    Transformer::Batch sources, targets_in;
+};
+inline Inputs inputs_of(const std::vector<Example>& examples, std::size_t from, std::size_t n) {
+    Inputs in;
+    for (std::size_t i = from; i < std::min(from + n, examples.size()); i++)
+        in.sources.push_back(examples[i].source), in.targets_in.push_back(examples[i].target_in);
+    return in;
+}
+
 // The digits of a source become an example: the target is the task applied to the digits,
 // padded with PAD. PAD doubles as "end of output", so a variable-length model learns to stop.
 inline Example make_example(const std::vector<int>& digits, const DataConfig& d) {
@@ -245,10 +257,9 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 // The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
 inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer) {
     model.zero_grad();
-    Transformer::Batch sources, targets_in;
-    for (const Example& e : batch) sources.push_back(e.source), targets_in.push_back(e.target_in);
+    Inputs in = inputs_of(batch, 0, batch.size());
     model.training = true;  // random positions: fresh draws (model.hpp, Transformer)
-    Matrix logits = model.forward(sources, targets_in);  // (n_seq T, vocab), n_seq = batch.size()
+    Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab), n_seq = batch.size()
     model.training = false;
     Matrix d_logits(logits.rows, logits.cols);
     double loss = 0.0, weight = 1.0 / double(batch.size());
@@ -311,12 +322,6 @@ inline std::size_t chunk_size(const ModelConfig& c, int L) {
                           ffn_layers * 4.0 * L * c.d_ff;
     return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, double(TILE_ROWS), 100.0));
 }
-inline Transformer::Batch sources_of(const std::vector<Example>& examples, std::size_t first, std::size_t n) {
-    Transformer::Batch sources;  // the sources of examples first .. first + n - 1 (fewer at the end)
-    for (std::size_t i = first; i < std::min(first + n, examples.size()); i++)
-        sources.push_back(examples[i].source);
-    return sources;
-}
 
 // The mean loss over examples under teacher forcing, with no update: the held-out loss that the
 // training table prints beside the training loss.
@@ -325,11 +330,10 @@ inline double teacher_forced_loss(Transformer& model, const std::vector<Example>
     if (examples.empty()) return loss;
     const std::size_t n = chunk_size(model.config, int(examples[0].target.size()));
     for (std::size_t chunk = 0; chunk < examples.size(); chunk += n) {
-        Transformer::Batch sources = sources_of(examples, chunk, n), targets_in;
-        for (std::size_t k = 0; k < sources.size(); k++) targets_in.push_back(examples[chunk + k].target_in);
-        Matrix logits = model.forward(sources, targets_in);  // (n_seq T, vocab)
-        int T = logits.rows / int(sources.size());
-        for (std::size_t k = 0; k < sources.size(); k++) {
+        Inputs in = inputs_of(examples, chunk, n);
+        Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab)
+        int T = logits.rows / int(in.sources.size());
+        for (std::size_t k = 0; k < in.sources.size(); k++) {
             Matrix unused(T, logits.cols);  // the gradient, not needed here
             loss += cross_entropy(take_block(logits, int(k) * T, T, 0, logits.cols), examples[chunk + k].target, 1.0,
                                   unused) / double(examples.size());
@@ -350,7 +354,7 @@ inline std::vector<std::vector<int>> greedy_decode_all(Transformer& model, const
     if (examples.empty()) return guesses;
     const int T = int(examples[0].target.size());
     for (std::size_t chunk = 0, n = chunk_size(model.config, T); chunk < examples.size(); chunk += n)
-        for (std::vector<int>& g : greedy_decode(model, sources_of(examples, chunk, n), T))
+        for (std::vector<int>& g : greedy_decode(model, inputs_of(examples, chunk, n).sources, T))
             guesses.push_back(std::move(g));
     return guesses;
 }

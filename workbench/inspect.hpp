@@ -41,10 +41,9 @@ inline void trace_feed_forward(const FeedForward& f, const std::string& N, const
 }
 inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
     const ModelConfig& c = model.config;
-    Transformer::Batch sources, targets_in;
-    for (const Example& e : batch) sources.push_back(e.source), targets_in.push_back(e.target_in);
-    Matrix logits = model.forward(sources, targets_in);
-    std::size_t n_seq = batch.size(), S = sources[0].size(), T = targets_in[0].size();
+    Inputs in = inputs_of(batch, 0, batch.size());
+    Matrix logits = model.forward(in.sources, in.targets_in);
+    std::size_t n_seq = batch.size(), S = in.sources[0].size(), T = in.targets_in[0].size();
     std::printf("--- shapes on one forward pass of a training batch ---\n");
     std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d\n\n",
                 n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab);
@@ -136,7 +135,7 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     long steps = 0;
     const std::size_t n = chunk_size(model.config, int(held_out[0].target.size()));
     for (std::size_t chunk = 0; chunk < held_out.size(); chunk += n) {  // greedy decoding, step by step
-        Transformer::Batch sources = sources_of(held_out, chunk, n);
+        Transformer::Batch sources = inputs_of(held_out, chunk, n).sources;
         Matrix memory = model.encode(sources);
         Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});
         for (int step = 0; step < int(held_out[chunk].target.size()); step++) {
