@@ -340,3 +340,31 @@ TEST_CASE("run(): a model trained on a --train-data file goes on with that file 
     CHECK(contains(outcome({"--load", dir.file("plain.txt"), "--train-data", dir.file("pool.txt")}),
                    "that model trained on generated data"));
 }
+
+// One Dataset per run: --inspect scores on the held-out set training used. Before, with --train-data,
+// --inspect built its own without the file (13 "held-out" inputs here, some of them training lines,
+// where training held out 11), so its "none off" score disagreed with the run's final line.
+TEST_CASE("run(): with --train-data, --inspect scores the run's own held-out set") {
+    TempDir dir("one-dataset");
+    std::ofstream(dir.file("pool.txt")) << "1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 2\n";
+    std::string log = dir.file("log");
+    Options o;
+    REQUIRE(parse_error({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"), "--steps", "300",
+                         "--inspect"}, &o) == "");
+    std::FILE* saved_stdout = stdout;
+    std::FILE* out = std::fopen(log.c_str(), "w");
+    REQUIRE(out != nullptr);
+    stdout = out;
+    run(o);
+    stdout = saved_stdout;
+    std::fclose(out);
+    std::string text = read_all(log);
+    INFO(text);
+    std::size_t final_at = text.find("final: exact-match "), none_at = text.find("(none off: ");
+    REQUIRE(final_at != std::string::npos);
+    REQUIRE(none_at != std::string::npos);
+    std::string final_score = text.substr(final_at + 19, text.find('%', final_at) - final_at - 19);
+    std::string inspect_score = text.substr(none_at + 11, text.find('%', none_at) - none_at - 11);
+    CHECK(contains(text, "/11), token-accuracy"));  // training held out 11 inputs
+    CHECK(final_score == inspect_score);
+}
