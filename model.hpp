@@ -169,8 +169,7 @@ inline std::vector<int> position_rows(int L, int max_len, Positions positions, R
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, for one head of one sequence
-// (multi-head attention below calls it n_seq x n_heads times per batch).
+// Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, one head of one sequence.
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
 // mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. masked() REPLACES
 // each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
@@ -182,8 +181,7 @@ inline Matrix causal_mask(int T) {
         for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
     return m;
 }
-// Padding mask (n_seq rows, S), each source's rows stacked: no query may look at a PAD position of
-// its own source.
+// Padding mask (n_seq rows, S), each source's rows stacked: no query looks at a PAD of its own source.
 inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& sources) {
     Matrix m(rows * int(sources.size()), int(sources[0].size()));
     for (int i = 0; i < m.rows; i++)
@@ -235,11 +233,10 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 //   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
-// The decoding cache, used by greedy decoding only (train.hpp); skip on a first reading. Keys and
-// values come fresh from x_kv in training. Greedy decoding feeds each sequence's newest row only, and
-// the attention keeps what it made: KV::append adds the new rows' keys and values (causal
-// self-attention), KV::keep reuses them (cross-attention to the memory). Same bits as a whole-prefix
-// pass, whose later keys are masked and add exactly 0 to the softmax's sum and to P V.
+// The decoding cache, for greedy decoding only (train.hpp): keys and values come fresh from x_kv in
+// training; decoding feeds each sequence's newest row only, and KV::append adds the new rows' keys and
+// values to those kept (causal self-attention), KV::keep reuses them (cross-attention to the memory).
+// Same bits as a whole-prefix pass, whose later keys are masked and add exactly 0.
 enum class KV { fresh, append, keep };
 
 struct MultiHeadAttention {
@@ -538,8 +535,6 @@ struct Transformer {
         position_draws = Rng(rng.next());
     }
 
-    // A mini-batch runs as one stack of rows: sequence e owns rows e*S .. of the memory and e*T ..
-    // of the decoder's matrices and the logits. Its masks are stacked the same way.
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
         int S = int(srcs[0].size());

@@ -88,9 +88,7 @@ struct Example {
 
 // The sources and decoder inputs of examples from .. from + n - 1 (fewer at the end): n_seq x (S) and
 // n_seq x (T), as Transformer::forward takes them.
-struct Inputs {
-    Transformer::Batch sources, targets_in;
-};
+struct Inputs { Transformer::Batch sources, targets_in; };
 inline Inputs inputs_of(const std::vector<Example>& examples, std::size_t from, std::size_t n) {
     Inputs in;
     for (std::size_t i = from; i < std::min(from + n, examples.size()); i++)

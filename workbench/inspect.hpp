@@ -39,6 +39,20 @@ inline void trace_feed_forward(const FeedForward& f, const std::string& N, const
     shape_line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
                product_shape(f.layer2));
 }
+inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const std::string& x_in) {
+    std::printf("encoder.%zu self-attention (padding mask (n_seq S, S))\n", i);
+    trace_attention(block.self_attn, "S", "S", x_in, x_in);
+    std::printf("encoder.%zu feed-forward\n", i);
+    trace_feed_forward(block.ffn, "S", x_in);
+}
+inline void trace_decoder_block(const DecoderBlock& block, std::size_t i, const std::string& y_in) {
+    std::printf("decoder.%zu causal self-attention (causal mask (n_seq T, T))\n", i);
+    trace_attention(block.self_attn, "T", "T", y_in, y_in);
+    std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
+    trace_attention(block.cross_attn, "T", "S", y_in, "memory");
+    std::printf("decoder.%zu feed-forward\n", i);
+    trace_feed_forward(block.ffn, "T", y_in);
+}
 inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
     const ModelConfig& c = model.config;
     Inputs in = inputs_of(batch, 0, batch.size());
@@ -55,26 +69,15 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
         shape_line("position table", "(max_len, d_model)", shape_text(*table));
     shape_line("x = table[source] * scale + positions", "(n_seq S, d_model)",
                shape_text(model.encoder[0].self_attn.W_k.x));
-    for (std::size_t i = 0; i < model.encoder.size(); i++) {
-        std::printf("encoder.%zu self-attention (padding mask (n_seq S, S))\n", i);
-        trace_attention(model.encoder[i].self_attn, "S", "S", x_in, x_in);
-        std::printf("encoder.%zu feed-forward\n", i);
-        trace_feed_forward(model.encoder[i].ffn, "S", x_in);
-    }
-    std::printf("decoder input\n");
+    for (std::size_t i = 0; i < model.encoder.size(); i++) trace_encoder_block(model.encoder[i], i, x_in);
+    std::printf("encoder output\n");
     shape_line("memory = the last encoder block's output", "(n_seq S, d_model)",
                shape_text(model.decoder[0].cross_attn.W_k.x));
+    std::printf("decoder input\n");
     shape_line("decoder input tokens: START, target[0 .. T-2]", "(n_seq, T)", fmt("(%zu, %zu)", n_seq, T));
     shape_line("y = table[decoder input] * scale + positions", "(n_seq T, d_model)",
                shape_text(model.decoder[0].self_attn.W_k.x));
-    for (std::size_t i = 0; i < model.decoder.size(); i++) {
-        std::printf("decoder.%zu causal self-attention (causal mask (n_seq T, T))\n", i);
-        trace_attention(model.decoder[i].self_attn, "T", "T", y_in, y_in);
-        std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
-        trace_attention(model.decoder[i].cross_attn, "T", "S", y_in, "memory");
-        std::printf("decoder.%zu feed-forward\n", i);
-        trace_feed_forward(model.decoder[i].ffn, "T", y_in);
-    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in);
     std::printf("output\n");
     shape_line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
     shape_line("W_out, b_out", "(d_model, vocab), (1, vocab)", weight_shapes(model.out));
