@@ -5,7 +5,7 @@
 //   1. the runs that do one thing and stop: --help, --bench, --speed, --demo
 //   2. the model, built from the flags or loaded with --load, and the run's one Dataset
 //   3. looking at the model without training: --params, --show-pe, --trace-shapes
-//   4. the training loop: draw, rate, train_step (train.hpp), evaluate every --eval-every steps
+//   4. the training loop: training_loop_step (train.hpp: draw, rate, train_step), evaluate every N steps
 //   5. what comes after training, in order: the --sort output, pictures, --inspect, --test-len,
 //      the checkpoint (first, so that a picture that fails cannot lose the model), SVG, the report
 //   6. main(): a bad flag or file is one line on stderr and exit status 2
@@ -111,7 +111,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
     training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
     for (long step = first; step <= last; step++) {
         auto t0 = Clock::now();
-        double loss = training_step(model, data, o.train, saved.optimizer, saved.draws, step, last);
+        double loss = training_loop_step(model, data, o.train, saved.optimizer, saved.draws, step, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
         record_loss(history, loss, step, o.train.lr);

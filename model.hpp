@@ -10,7 +10,7 @@
 // e*S .. of the encoder's matrices, e*T .. of the decoder's), so shapes read (n_seq T, d_model).
 // Sections: Linear; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
 // Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer. Skip on a first reading:
-// Positions::random (position_rows, hash_of) and the decoding cache (KV, next_row, first_position).
+// Positions::random (position_rows, hash_of) and the decoding cache (KV, keys, values, next_row, ...).
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
 // variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
@@ -230,7 +230,8 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 // ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k
 // columns, join the slices, project with W_o.
-//   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
+//   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model); T is
+//   the queries' length, S in the encoder's self-attention.
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
 // The decoding cache, for greedy decoding only (train.hpp): keys and values come fresh from x_kv in
@@ -242,7 +243,7 @@ enum class KV { fresh, append, keep };
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
-    Matrix keys, values;                // (n_seq S, d_model): every head's K and V of the last call
+    Matrix keys, values;                // (n_seq S, d_model), all heads: decoding keeps them across calls
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;

@@ -1,4 +1,4 @@
-// train.hpp -- data, loss, optimizers, the training loop and greedy decoding for the digit sorter.
+// train.hpp -- data, loss, optimizers, the training loop's step and greedy decoding for the digit sorter.
 //
 // Read after model.hpp. An example is a source sequence of digits and the target the task asks
 // for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
@@ -132,7 +132,7 @@ struct Dataset {
     DataConfig config;
     std::set<std::vector<int>> held_out_sources;
     std::vector<Example> held_out;
-    std::vector<std::vector<int>> train_pool;  // when not empty, training draws only from these
+    std::vector<std::vector<int>> train_pool;  // --train-data: when not empty, training draws only from these
 
     // held_out_size is capped at half of all possible sources, so training keeps the other half.
     explicit Dataset(const DataConfig& d, std::vector<std::vector<int>> pool = {},
@@ -274,7 +274,7 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
 
 // The training loop's step: draw a mini-batch, find this step's learning rate, train on it. main.cpp runs
 // for (step = first; step <= last; step++), printing around each; `last` is the one the schedule decays to.
-inline double training_step(Transformer& model, const Dataset& data, const TrainConfig& c, Optimizer& optimizer,
+inline double training_loop_step(Transformer& model, const Dataset& data, const TrainConfig& c, Optimizer& optimizer,
                             Rng& draws, long step, long last) {
     std::vector<Example> batch = data.draw_batch(draws, c.batch);
     double lr = scheduled_lr(c.schedule, c.lr, step, last, c.warmup);
@@ -286,8 +286,9 @@ inline double training_step(Transformer& model, const Dataset& data, const Train
 // of the last position's logits, starting from the START token that teacher forcing used. Each step
 // runs only the newest tokens through the decoder (which keeps the earlier keys and values), many
 // sources together as one stack of rows: the same bits as one at a time over the whole prefix.
-// One decoding step: the next token of every sequence, the argmax of its newest logits row. `newest`
-// holds each sequence's last token and becomes the chosen one; step 0 reads START.
+// One decoding step (a step of its own so that --inspect can read each step's maps): the next token of
+// every sequence, the argmax of its newest logits row. `newest` holds each sequence's last token and
+// becomes the chosen one; step 0 reads START.
 inline void decode_step(Transformer& model, const Matrix& memory, const Transformer::Batch& sources,
                         Transformer::Batch& newest, int step) {
     Matrix logits = model.decode(newest, memory, sources, step);  // (n_seq, vocab): the newest rows only

@@ -302,7 +302,7 @@ def greedy_decode(model, source, length):  # greedy_decode(): source (S ints) ->
 
 
 # =============================================================================================
-# Reading sorter's files: checkpoints (main.cpp section 3) and step dumps (--dump-step)
+# Reading sorter's files: checkpoints (workbench/checkpoint.hpp) and step dumps (--dump-step)
 # =============================================================================================
 @dataclass
 class Checkpoint:

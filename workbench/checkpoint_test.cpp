@@ -345,7 +345,7 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     TrainConfig adam;
     adam.optimizer = OptimizerKind::adam;
     Saved saved(d, adam, 1);
-    for (long step = 1; step <= 3; step++) training_step(model, data, adam, saved.optimizer, saved.draws, step, 3);
+    for (long step = 1; step <= 3; step++) training_loop_step(model, data, adam, saved.optimizer, saved.draws, step, 3);
     const std::string good = checkpoint_text(model, saved);
     REQUIRE(load_error(good) == "");
     auto changed = [&](const std::string& line_start, const std::string& value) {  // the first value after line_start

@@ -103,7 +103,7 @@ inline void print_params(Transformer& model) {
         if (it == g.parts.end()) g.parts.push_back({part, n});
         else it->second += n;
     }
-    std::printf("--- parameters (d_model %d, n_heads %d, d_ff %d, V %d, layers %d+%d) ---\n", c.d_model, c.n_heads,
+    std::printf("--- parameters (d_model %d, n_heads %d, d_ff %d, vocab %d, layers %d+%d) ---\n", c.d_model, c.n_heads,
                 c.d_ff, c.vocab, c.enc_layers, c.dec_layers);
     for (const Group& g : groups) {
         std::string parts;

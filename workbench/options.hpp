@@ -125,7 +125,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "with PAD, which the source padding mask hides from attention", true,
              [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
              [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
-            whole_flag("--max-digit", "digits are 1..N, so V = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
+            whole_flag("--max-digit", "digits are 1..N, so vocab = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
             path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
                       "spaces; blank lines and lines starting with # are skipped); with --load, the file that model "
                       "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path)}},
@@ -153,7 +153,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
             choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_NAMES, true,
                         &M::norm),
-            choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from 4 x the "
+            choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from " +
+                        std::to_string(RANDOM_POSITION_SPAN) + " x the "
                         "longest input (Ruoss et al. 2023)", POSITION_NAMES, true, &M::positions),
             choice_flag("--act", "feed-forward activation", ACTIVATION_NAMES, true, &M::activation),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,

@@ -67,7 +67,7 @@ inline void time_to_accuracy(const Options& o) {
                 data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
     for (long step = 1; step <= o.train.steps && reached < 2; step++) {
         auto t0 = Clock::now();
-        training_step(model, data, o.train, optimizer, rng, step, o.train.steps);
+        training_loop_step(model, data, o.train, optimizer, rng, step, o.train.steps);
         train_seconds += seconds_since(t0);
         if (step % 100 != 0) continue;
         auto t1 = Clock::now();
