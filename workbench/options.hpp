@@ -16,7 +16,8 @@
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
 // largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
-// two running means add as much again).
+// two running means add as much again); a step at batch 16 and an evaluation of it peak at 870 MB
+// (docs/performance.md, "Memory").
 constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
 constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
