@@ -69,17 +69,10 @@ TEST_CASE("--test-len and --inspect: n/a where nothing was scored") {
     c.max_len = 3;
     Transformer model(c, 1);
     Dataset data(d);
-    std::FILE* saved_stdout = stdout;
-    std::FILE* out = std::tmpfile();
-    REQUIRE(out != nullptr);
-    stdout = out;
-    length_report(model, data, 3);
-    inspect(model, {});
-    stdout = saved_stdout;
-    std::rewind(out);
-    std::string text;
-    for (int ch; (ch = std::fgetc(out)) != EOF;) text += char(ch);
-    std::fclose(out);
+    std::string text = printed_by([&] {
+        length_report(model, data, 3);
+        inspect(model, {});
+    });
     INFO(text);
     CHECK(contains(text, "length  2:   n/a (no input of this length is held out"));
     CHECK(contains(text, "/1)   longer than any training input"));

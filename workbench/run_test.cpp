@@ -7,18 +7,26 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+// A run of these flags: "" when it did what was asked, else its one-line refusal (from parsing or running).
+std::string run_error(const std::vector<std::string>& args) {
+    Options o;
+    std::string parse = parse_error(args, &o);
+    if (!parse.empty()) return parse;
+    try {
+        run(o);
+        return std::string();
+    } catch (const UsageError& e) {
+        return e.message;
+    }
+}
+// What a run of these flags prints, or its one-line refusal.
+std::string run_output(const std::vector<std::string>& args) {
+    std::string error;
+    std::string printed = printed_by([&] { error = run_error(args); });
+    return error.empty() ? printed : error;
+}
+
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
-    auto run_error = [](const std::vector<std::string>& args) {
-        Options o;
-        std::string parse = parse_error(args, &o);
-        if (!parse.empty()) return parse;
-        try {
-            run(o);
-            return std::string();
-        } catch (const UsageError& e) {
-            return e.message;
-        }
-    };
     CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: no such directory"));
     CHECK(contains(run_error({"--save", "/nonexistent/dir/m.txt", "--steps", "1"}), "--save /nonexistent/dir/m.txt"));
     CHECK(contains(run_error({"--sort", "1", "2", "3", "4", "12", "--params"}), "--sort 1 2 3 4 12: '12'"));
@@ -155,17 +163,6 @@ TEST_CASE("--report: one self-contained page of the run, and of a loaded model")
 // refused before any work; only --save may name the --load file (training on in place).
 TEST_CASE("run(): two outputs naming one file, or an output naming the --load file, are refused") {
     TempDir dir("same-file");
-    auto run_error = [](std::vector<std::string> args) {
-        Options o;
-        std::string parse = parse_error(args, &o);
-        if (!parse.empty()) return parse;
-        try {
-            run(o);
-            return std::string();
-        } catch (const UsageError& e) {
-            return e.message;
-        }
-    };
     std::string m = dir.file("m.txt");
     CHECK(run_error({"--steps", "3", "--save", m, "--report", m}) ==
           "--save " + m + " and --report " + m + " name the same file, so one would overwrite the other; give each "
@@ -191,16 +188,6 @@ TEST_CASE("run(): two outputs naming one file, or an output naming the --load fi
 // named pe.svg, or a link in its place, was found only after the whole run.
 TEST_CASE("run(): each picture --svg will write is checked before training") {
     TempDir dir("svg-files");
-    auto run_error = [](std::vector<std::string> args) {
-        Options o;
-        REQUIRE(parse_error(args, &o) == "");
-        try {
-            run(o);
-            return std::string();
-        } catch (const UsageError& e) {
-            return e.message;
-        }
-    };
     std::filesystem::create_directory(dir.file("pe.svg"));
     CHECK(run_error({"--svg", dir.path.string(), "--steps", "1000000"}) == "--svg " + dir.file("pe.svg") +
                                                                               ": is a directory");
@@ -305,39 +292,21 @@ TEST_CASE("run(): a model trained on a --train-data file goes on with that file 
     TempDir dir("pool");
     std::ofstream(dir.file("pool.txt")) << "1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 2\n";
     std::ofstream(dir.file("other.txt")) << "# the same lines, one changed\n1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 3\n";
-    std::string m = dir.file("m.txt"), log = dir.file("log");
-    auto outcome = [&](std::vector<std::string> args) {  // the run's output, or its one-line refusal
-        Options o;
-        std::string parse = parse_error(args, &o);
-        if (!parse.empty()) return parse;
-        std::FILE* saved_stdout = stdout;
-        std::FILE* out = std::fopen(log.c_str(), "w");
-        REQUIRE(out != nullptr);
-        stdout = out;
-        std::string error;
-        try {
-            run(o);
-        } catch (const UsageError& e) {
-            error = e.message;
-        }
-        stdout = saved_stdout;
-        std::fclose(out);
-        return error.empty() ? read_all(log) : error;
-    };
-    std::string first = outcome({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"),
+    std::string m = dir.file("m.txt");
+    std::string first = run_output({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"),
                                  "--steps", "50", "--save", m});
     REQUIRE(contains(first, "held-out: 11 sequences that training never draws"));
     CHECK(contains(read_all(m), "\ntrain_data 5 "));
-    CHECK(contains(outcome({"--load", m, "--steps", "10"}), "this model trained on a --train-data file of 5 "
+    CHECK(contains(run_output({"--load", m, "--steps", "10"}), "this model trained on a --train-data file of 5 "
                                                              "sequences; give the file again"));
-    CHECK(contains(outcome({"--load", m, "--steps", "10", "--train-data", dir.file("other.txt")}),
+    CHECK(contains(run_output({"--load", m, "--steps", "10", "--train-data", dir.file("other.txt")}),
                    "not the file the model in " + m + " trained on"));
-    std::string again = outcome({"--load", m, "--steps", "10", "--train-data", dir.file("pool.txt")});
+    std::string again = run_output({"--load", m, "--steps", "10", "--train-data", dir.file("pool.txt")});
     CHECK(contains(again, "training data: 5 sequences"));
     CHECK(contains(again, "held-out: 11 sequences that training never draws"));
-    CHECK(contains(outcome({"--load", m, "--sort", "3", "1", "2"}), "input  [3, 1, 2]"));  // no data needed
-    REQUIRE(contains(outcome({"--steps", "5", "--save", dir.file("plain.txt")}), "saved"));
-    CHECK(contains(outcome({"--load", dir.file("plain.txt"), "--train-data", dir.file("pool.txt")}),
+    CHECK(contains(run_output({"--load", m, "--sort", "3", "1", "2"}), "input  [3, 1, 2]"));  // no data needed
+    REQUIRE(contains(run_output({"--steps", "5", "--save", dir.file("plain.txt")}), "saved"));
+    CHECK(contains(run_output({"--load", dir.file("plain.txt"), "--train-data", dir.file("pool.txt")}),
                    "that model trained on generated data"));
 }
 
@@ -347,18 +316,8 @@ TEST_CASE("run(): a model trained on a --train-data file goes on with that file 
 TEST_CASE("run(): with --train-data, --inspect scores the run's own held-out set") {
     TempDir dir("one-dataset");
     std::ofstream(dir.file("pool.txt")) << "1 2 3\n3 2 1\n2 2 1\n1 1 1\n3 3 2\n";
-    std::string log = dir.file("log");
-    Options o;
-    REQUIRE(parse_error({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"), "--steps", "300",
-                         "--inspect"}, &o) == "");
-    std::FILE* saved_stdout = stdout;
-    std::FILE* out = std::fopen(log.c_str(), "w");
-    REQUIRE(out != nullptr);
-    stdout = out;
-    run(o);
-    stdout = saved_stdout;
-    std::fclose(out);
-    std::string text = read_all(log);
+    std::string text = run_output({"--max-digit", "3", "--seq-len", "3", "--train-data", dir.file("pool.txt"),
+                                   "--steps", "300", "--inspect"});
     INFO(text);
     std::size_t final_at = text.find("final: exact-match "), none_at = text.find("(none off: ");
     REQUIRE(final_at != std::string::npos);

@@ -39,16 +39,7 @@ TEST_CASE("the source padding mask gives PAD positions exactly zero attention") 
 // printed "101103", and steps near the cap ran their digits together.
 TEST_CASE("the loss curve's first and last steps never run together") {
     for (long first : {101L, 999999998L}) {
-        std::FILE* saved_stdout = stdout;
-        std::FILE* out = std::tmpfile();
-        REQUIRE(out != nullptr);
-        stdout = out;
-        print_loss_plot({0.5, 0.4, 0.3}, first);
-        stdout = saved_stdout;
-        std::rewind(out);
-        std::string text;
-        for (int ch; (ch = std::fgetc(out)) != EOF;) text += char(ch);
-        std::fclose(out);
+        std::string text = printed_by([&] { print_loss_plot({0.5, 0.4, 0.3}, first); });
         INFO(text);
         CHECK(contains(text, std::to_string(first) + "  "));
         CHECK(contains(text, " " + std::to_string(first + 2) + "   (step)"));

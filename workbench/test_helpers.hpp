@@ -51,6 +51,28 @@ struct TempDir {
     }
 };
 
+// What f prints with printf, caught in a temporary file (the program writes to stdout with printf).
+template <typename F>
+std::string printed_by(F f) {
+    std::FILE* file = std::tmpfile();
+    REQUIRE(file != nullptr);
+    std::FILE* saved_stdout = stdout;
+    stdout = file;
+    try {
+        f();
+    } catch (...) {
+        stdout = saved_stdout;
+        std::fclose(file);
+        throw;
+    }
+    stdout = saved_stdout;
+    std::rewind(file);
+    std::string text;
+    for (int ch; (ch = std::fgetc(file)) != EOF;) text += char(ch);
+    std::fclose(file);
+    return text;
+}
+
 inline std::string read_all(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream ss;
