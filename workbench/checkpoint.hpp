@@ -9,10 +9,9 @@
 
 #include "files.hpp"
 
-// The format, version 2, is plain text; docs/checkpoints.md shows a whole file. Values are
-// written with "%.17g", so every double reads back to the same bits. The sinusoidal table is not
-// stored: it is computed from max_len and d_model. Version 2 adds a training section after the tensors
-// (version 1 files, without it, still load): --load FILE --steps N goes on where the run stopped.
+// The format, version 2, is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the
+// same bits. The sinusoidal table is computed, not stored. Version 2 adds a training section after the
+// tensors, so --load FILE --steps N goes on where the run stopped (version 1 files still load).
 struct Saved {  // what a checkpoint keeps besides the model
     DataConfig data;
     TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
@@ -88,8 +87,7 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const S
 // ---------------------------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------------------------
-// How many values the parameters of a model of config c hold, known before the model is built (a
-// test checks it against Transformer::parameters(), which builds the names and shapes).
+// How many values a model of config c holds, known before it is built (tested against parameters()).
 inline long parameter_count(const ModelConfig& c) {
     long d = c.d_model, ff = c.d_ff, vocab = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
     long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
