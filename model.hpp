@@ -45,6 +45,10 @@ struct ModelConfig {
     Positions positions = Positions::sinusoidal;
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
+    // The paper's regularisers, each off by default: the default path never meets them.
+    bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
+    double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
+    double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
 };
 
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
@@ -524,6 +528,7 @@ struct Transformer {
     // positions are the only part of the model that reads it). Otherwise a source's rows are drawn from
     // the source itself, so one input always reads the same rows and an evaluation never moves the draws.
     Rng position_draws{1};
+    Rng dropout_draws{1};  // the dropout masks' own stream, drawn from in training only
     bool training = false;
 
     Transformer() = default;
@@ -534,6 +539,7 @@ struct Transformer {
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, true, rng);
         position_draws = Rng(rng.next());
+        dropout_draws = Rng(rng.next());
     }
 
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)

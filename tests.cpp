@@ -760,6 +760,35 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
     }
 }
 
+// Label smoothing by hand. Uniform logits over 4 tokens: p = 1/4 everywhere, and whatever q is, the loss
+// is -sum_v q[v] log(1/4) = log 4; with E = 0.1, q = 0.9 + 0.025 on the target and 0.025 elsewhere, so the
+// gradient (p - q) / T, T = 2, is (0.25 - 0.925) / 2 = -0.3375 and (0.25 - 0.025) / 2 = 0.1125.
+// Logits (0, log 3), target 1, E = 0.2: q = (0.1, 0.9), p = (1/4, 3/4); loss -(0.1 log 1/4 + 0.9 log 3/4)
+// = 0.39754330131859187, gradient (0.15, -0.15). PyTorch's F.cross_entropy(label_smoothing=E) gives the
+// same (make reference checks a whole step with it). Then the gradient against central differences.
+TEST_CASE("cross_entropy with label smoothing: value and gradient by hand, then checked") {
+    Matrix uniform(2, 4), d_uniform(2, 4);
+    CHECK(cross_entropy(uniform, {1, 3}, 1.0, d_uniform, 0.1) == doctest::Approx(1.3862943611198906).epsilon(1e-15));
+    for (int t = 0; t < 2; t++)
+        for (int v = 0; v < 4; v++)
+            CHECK(d_uniform.at(t, v) == doctest::Approx(v == (t == 0 ? 1 : 3) ? -0.3375 : 0.1125).epsilon(1e-15));
+    Matrix two(1, 2), d_two(1, 2);
+    two.at(0, 1) = std::log(3.0);
+    CHECK(cross_entropy(two, {1}, 1.0, d_two, 0.2) == doctest::Approx(0.39754330131859187).epsilon(1e-15));
+    CHECK(d_two.at(0, 0) == doctest::Approx(0.15).epsilon(1e-15));
+    CHECK(d_two.at(0, 1) == doctest::Approx(-0.15).epsilon(1e-15));
+
+    Rng rng(41);
+    Matrix logits = random_matrix(5, 7, rng, -4, 4), d_logits(5, 7);
+    const std::vector<int> target = {0, 6, 3, 3, 1};
+    check_gradients("cross_entropy (smoothing 0.1)", {tensor("logits", logits, d_logits)},
+                    [&] {
+                        Matrix unused(5, 7);
+                        return cross_entropy(logits, target, 1.0, unused, 0.1);
+                    },
+                    [&] { cross_entropy(logits, target, 1.0, d_logits, 0.1); });
+}
+
 // ---------------------------------------------------------------------------------------------
 // The whole model's loss
 // ---------------------------------------------------------------------------------------------
@@ -771,7 +800,7 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
 // sgd_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
 // The parameters are jittered first, so gamma, beta and the biases are not at their initial
 // 1 and 0. Run for the default model and for every exercise switch, and for a deeper stack.
-void check_model(const std::string& name, const ModelConfig& c) {
+void check_model(const std::string& name, const ModelConfig& c, double label_smoothing = 0.0) {
     DataConfig d = tiny_data();
     Transformer model(c, 41);
     Rng rng(42);
@@ -788,14 +817,16 @@ void check_model(const std::string& name, const ModelConfig& c) {
         double L = 0.0;
         for (int e = 0, T = d.seq_len; e < 2; e++) {  // example e owns rows e*T .. of the stacked logits
             Matrix unused(T, logits.cols);
-            L += cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, 1.0, unused) / 2.0;
+            L += cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, 1.0, unused,
+                               label_smoothing) / 2.0;
         }
         model.training = false;
         return L;
     };
     check_gradients(name, tensors_of(model.parameters()), loss, [&] {
         model.position_draws = draws;
-        sgd_step(model, batch, 0.0);
+        Optimizer sgd;
+        train_step(model, batch, 0.0, sgd, label_smoothing);
     });
 }
 
@@ -860,6 +891,9 @@ TEST_CASE("gradient: whole model, embed_scale = false") {
     ModelConfig c = tiny_model(tiny_data());
     c.embed_scale = false;
     check_model("model (no embed scale)", c);
+}
+TEST_CASE("gradient: whole model, label smoothing 0.1") {
+    check_model("model (label smoothing)", tiny_model(tiny_data()), 0.1);
 }
 TEST_CASE("gradient: whole model, 2 encoder + 2 decoder blocks") {
     ModelConfig c = tiny_model(tiny_data());
@@ -1013,6 +1047,67 @@ TEST_CASE("optimizers: SGD, momentum and Adam updates match a hand computation")
         }
         CHECK(optimizer.t == 2);
     }
+}
+
+// Clipping and weight decay by hand, every weight 0.5 and every gradient 0.2 as above, N entries in all,
+// so the global norm is 0.2 sqrt(N):
+//   clip 0.1 sqrt(N), SGD lr 0.1:   g = 0.2 * 0.1 sqrt(N) / (0.2 sqrt(N) + 1e-6), about 0.1; w = 0.5 - 0.1 g
+//   clip 1000 (above the norm):     nothing scaled, w = 0.48
+//   weight decay 0.5, SGD lr 0.1:   a matrix 0.5 (1 - 0.05) - 0.02 = 0.455; a bias, gamma or beta 0.48
+//   the same with momentum:         0.455 and 0.48 (the first step of momentum is SGD's)
+//   weight decay 0.5, Adam lr 0.01: a matrix 0.5 (1 - 0.005) - 0.01 * 0.2 / (0.2 + 1e-9) = 0.48750000005;
+//                                   the others 0.49000000005
+TEST_CASE("optimizers: clipping and weight decay match a hand computation") {
+    DataConfig d = tiny_data();
+    auto first_update = [&](Optimizer optimizer, double lr) {
+        Transformer model(tiny_model(d), 1);
+        for (auto& [name, p] : model.parameters()) {
+            std::fill(p->value.data.begin(), p->value.data.end(), 0.5);
+            std::fill(p->grad.data.begin(), p->grad.data.end(), 0.2);
+        }
+        optimizer.update(model, lr);
+        return model;
+    };
+    Transformer probe(tiny_model(d), 1);
+    double n = 0;
+    for (auto& [name, p] : probe.parameters()) n += double(p->value.data.size());
+    const double clip = 0.1 * std::sqrt(n), clipped = 0.2 * clip / (0.2 * std::sqrt(n) + 1e-6);
+    REQUIRE(clipped == doctest::Approx(0.1).epsilon(1e-6));
+    struct Case { Optimizer optimizer; double lr, matrix, other; };
+    for (const Case& c : {Case{Optimizer(OptimizerKind::sgd, 0.0, clip), 0.1, 0.5 - 0.1 * clipped, 0.5 - 0.1 * clipped},
+                          Case{Optimizer(OptimizerKind::sgd, 0.0, 1000.0), 0.1, 0.48, 0.48},
+                          Case{Optimizer(OptimizerKind::sgd, 0.5), 0.1, 0.455, 0.48},
+                          Case{Optimizer(OptimizerKind::momentum, 0.5), 0.1, 0.455, 0.48},
+                          Case{Optimizer(OptimizerKind::adam, 0.5), 0.01, 0.48750000005, 0.49000000005}}) {
+        Transformer model = first_update(c.optimizer, c.lr);
+        INFO(OPTIMIZER_NAMES[int(c.optimizer.kind)], " clip ", c.optimizer.clip, " weight decay ",
+             c.optimizer.weight_decay);
+        int matrices = 0;
+        for (auto& [name, p] : model.parameters()) {
+            matrices += decays(name);
+            for (double w : p->value.data) REQUIRE(w == doctest::Approx(decays(name) ? c.matrix : c.other).epsilon(1e-13));
+        }
+        CHECK(matrices == 18);  // the table, 4 + 8 attention matrices, 2 + 2 feed-forward ones, out.W
+    }
+    CHECK(decays("encoder.0.self_attn.W_q"));
+    CHECK(decays("decoder.0.ffn.W_2"));
+    CHECK(decays("embed.positions"));
+    CHECK(!decays("decoder.0.ffn.b_2"));
+    CHECK(!decays("out.b"));
+    CHECK(!decays("final_norm.gamma"));
+    CHECK(!decays("encoder.0.norm1.beta"));
+}
+
+// With label smoothing a training step still returns the plain cross-entropy (what the table prints),
+// while its gradient is the smoothed loss's: the same loss as without, different gradients.
+TEST_CASE("train_step with label smoothing: the plain loss returned, the smoothed gradient used") {
+    DataConfig d = tiny_data();
+    const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
+    Transformer plain(tiny_model(d), 7), smoothed(tiny_model(d), 7);
+    Optimizer sgd;
+    double loss = train_step(plain, batch, 0.0, sgd), loss_smoothed = train_step(smoothed, batch, 0.0, sgd, 0.1);
+    CHECK(loss == loss_smoothed);
+    CHECK(plain.out.b.grad.data != smoothed.out.b.grad.data);
 }
 
 // The schedules at chosen steps: constant stays; linear falls from lr by lr / total a step; warmup

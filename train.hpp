@@ -49,6 +49,11 @@ struct TrainConfig {
     OptimizerKind optimizer = OptimizerKind::sgd;
     Schedule schedule = Schedule::linear;
     long warmup = 1000;  // steps of Schedule::warmup's rise
+    // Regularisers, each off at 0 (the default path never meets them): the paper's label smoothing (it
+    // uses 0.1), and minGPT's and nanoGPT's clipping and weight decay. Each is written out where it acts.
+    double label_smoothing = 0.0;  // E: cross_entropy's target row is (1 - E) one_hot + E / vocab
+    double clip = 0.0;             // the gradients' global norm is scaled down to at most this (Optimizer)
+    double weight_decay = 0.0;     // every matrix shrinks by the factor 1 - lr weight_decay a step (Optimizer)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -171,8 +176,13 @@ struct Dataset {
 // numbers; with the log in front, its row term collapses to this simple form.)
 // weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
 // Every position counts, PAD targets too: PAD is how the model says "the output ends here".
+// Label smoothing E > 0 (the paper's 0.1, PyTorch's label_smoothing=E) aims at q = (1 - E) one_hot + E / vocab
+// instead of the one-hot, so the model is never pushed to certainty: loss -(1/T) sum_t sum_v q[v] log p_t[v],
+// gradient (p_t - q) / T, since -sum_v q[v] log p[v] = -sum_v q[v] z[v] + log sum_v exp(z[v]) when sum_v q[v] = 1.
+// (The Annotated Transformer spreads E over vocab - 2 tokens, none on the target or PAD, and minimises a KL
+// divergence, the same gradient up to that spread; we take PyTorch's, so the twin checks us with its own loss.)
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
-                            Matrix& d_logits) {
+                            Matrix& d_logits, double smoothing = 0.0) {
     int T = logits.rows;
     double loss = 0.0;
     for (int t = 0; t < T; t++) {
@@ -181,9 +191,12 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
         double max = logits.at(t, 0), sum = 0.0;
         for (int v = 1; v < logits.cols; v++) max = std::max(max, logits.at(t, v));
         for (int v = 0; v < logits.cols; v++) sum += std::exp(logits.at(t, v) - max);
-        loss -= (logits.at(t, target[t]) - max - std::log(sum)) / T;
-        for (int v = 0; v < logits.cols; v++)
-            d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - (v == target[t] ? 1.0 : 0.0)) / T;
+        loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - std::log(sum)) / T;
+        for (int v = 0; v < logits.cols; v++) {
+            if (smoothing > 0) loss -= smoothing / logits.cols * (logits.at(t, v) - max - std::log(sum)) / T;
+            double q = (v == target[t] ? 1.0 - smoothing : 0.0) + smoothing / logits.cols;  // the target row
+            d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - q) / T;
+        }
     }
     return loss;
 }
@@ -198,16 +211,38 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 //              m_hat = m / (1 - beta1^t),    s_hat = s / (1 - beta2^t)       (both start at 0: unbias)
 //              w -= lr m_hat / (sqrt(s_hat) + eps)                           (a step size per entry)
 //   with the paper's beta1 0.9, beta2 0.98, eps 1e-9; t counts the updates from 1.
+// Before the step, each off at 0 (skip them on a first reading):
+//   clipping      the norm of all gradients as one vector, above `clip`, scales every g by clip / (norm + 1e-6)
+//                 (PyTorch's clip_grad_norm_, which minGPT and nanoGPT call; the 1e-6 spares a zero norm)
+//   weight decay  w *= 1 - lr weight_decay, apart from the gradient (decoupled, AdamW's form, for SGD and
+//                 momentum too): matrices only, not biases, gamma or beta, as nanoGPT. minGPT spares the
+//                 embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
+inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions
+    std::string last = name.substr(name.rfind('.') + 1);
+    return last[0] == 'W' || last == "table" || last == "positions";
+}
+inline double global_norm(const ParamList& params) {  // sqrt(sum of g^2 over every entry of every gradient)
+    double sum = 0.0;
+    for (auto& [name, p] : params)
+        for (double g : p->grad.data) sum += g * g;
+    return std::sqrt(sum);
+}
 struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
     OptimizerKind kind = OptimizerKind::sgd;
+    double weight_decay = 0.0, clip = 0.0;  // TrainConfig's
     long t = 0;                 // updates made so far
     std::vector<Matrix> m, s;   // one per parameter, in its shape: momentum keeps m, Adam m and s, SGD none
 
-    explicit Optimizer(OptimizerKind k = OptimizerKind::sgd) : kind(k) {}
+    explicit Optimizer(OptimizerKind k = OptimizerKind::sgd, double decay = 0.0, double max_norm = 0.0)
+        : kind(k), weight_decay(decay), clip(max_norm) {}
 
     void update(Transformer& model, double lr) {
         ParamList params = model.parameters();
+        const double shrink = clip > 0 ? clip / (global_norm(params) + 1e-6) : 1.0;
+        if (shrink < 1.0)
+            for (auto& [name, p] : params)
+                for (double& g : p->grad.data) g *= shrink;
         if (m.empty() && kind != OptimizerKind::sgd)  // the first update: the running means start at zero
             for (auto& [name, p] : params) {
                 m.emplace_back(p->value.rows, p->value.cols);
@@ -218,6 +253,8 @@ struct Optimizer {
         for (std::size_t k = 0; k < params.size(); k++) {
             std::vector<double>& w = params[k].second->value.data;
             const std::vector<double>& g = params[k].second->grad.data;
+            if (weight_decay > 0 && decays(params[k].first))
+                for (double& wi : w) wi *= 1.0 - lr * weight_decay;
             if (kind == OptimizerKind::sgd) {
                 for (std::size_t i = 0; i < w.size(); i++) w[i] -= lr * g[i];
             } else if (kind == OptimizerKind::momentum) {
@@ -253,7 +290,10 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 // One training step on a mini-batch: zero every grad, add up the gradient of the mean loss over the
 // batch, then let the optimizer move every parameter.
 // The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
-inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer) {
+// Returns the batch's mean loss; with label smoothing, the plain cross-entropy, comparable across runs (its
+// gradient is the smoothed loss's).
+inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer,
+                         double label_smoothing = 0.0) {
     model.zero_grad();
     Inputs in = inputs_of(batch, 0, batch.size());
     model.training = true;  // random positions: fresh draws (model.hpp, Transformer)
@@ -263,8 +303,13 @@ inline double train_step(Transformer& model, const std::vector<Example>& batch, 
     double loss = 0.0, weight = 1.0 / double(batch.size());
     int T = logits.rows / int(batch.size());
     for (int e = 0; e < int(batch.size()); e++) {
-        Matrix d_e(T, logits.cols);  // example e's share of the mean loss
-        loss += weight * cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, weight, d_e);
+        Matrix logits_e = take_block(logits, e * T, T, 0, logits.cols), d_e(T, logits.cols);  // e's share
+        double loss_e = cross_entropy(logits_e, batch[e].target, weight, d_e, label_smoothing);
+        if (label_smoothing > 0) {  // the loss returned is the plain one; the gradient stays the smoothed one's
+            Matrix unused(T, logits.cols);
+            loss_e = cross_entropy(logits_e, batch[e].target, 0.0, unused);
+        }
+        loss += weight * loss_e;
         add_into_block(d_e, e * T, 0, d_logits);
     }
     model.backward(d_logits);
@@ -278,7 +323,7 @@ inline double training_loop_step(Transformer& model, const Dataset& data, const 
                             Rng& draws, long step, long last) {
     std::vector<Example> batch = data.draw_batch(draws, c.batch);
     double lr = scheduled_lr(c.schedule, c.lr, step, last, c.warmup);
-    return train_step(model, batch, lr, optimizer);
+    return train_step(model, batch, lr, optimizer, c.label_smoothing);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -264,12 +264,13 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
 # =============================================================================================
 # Loss, SGD and greedy decoding (train.hpp)
 # =============================================================================================
-def cross_entropy(logits, target):
+def cross_entropy(logits, target, label_smoothing=0.0):
     """logits (B, T, V), target (B, T) -> the batch's mean loss.
     sorter takes the mean over an example's T positions (PAD targets count: PAD ends the output),
-    then the mean over the batch; every example has the same T, so that is the mean of all B*T."""
+    then the mean over the batch; every example has the same T, so that is the mean of all B*T.
+    Label smoothing is PyTorch's own: target (1 - E) one_hot + E / V, as train.hpp's cross_entropy."""
     B, T, V = logits.shape
-    return F.cross_entropy(logits.reshape(B * T, V), target.reshape(B * T))
+    return F.cross_entropy(logits.reshape(B * T, V), target.reshape(B * T), label_smoothing=label_smoothing)
 
 
 def zero_grad(params):
@@ -277,10 +278,38 @@ def zero_grad(params):
         p.grad = None
 
 
-def sgd_update(params, lr):  # sgd_update(): w -= lr * grad
+def sgd_update(params, lr):  # SGD: w -= lr * grad
     with torch.no_grad():
         for _, p in params:
             p -= lr * p.grad
+
+
+def decays(name):  # train.hpp's decays(): the matrices shrink, not biases, gamma or beta
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("W") or last in ("table", "positions")
+
+
+def update(params, lr, training):
+    """One step of the checkpoint's optimizer (train.hpp's Optimizer::update) with PyTorch's own pieces:
+    clip_grad_norm_, SGD (momentum 0.9), AdamW (betas 0.9, 0.98, eps 1e-9). Decoupled weight decay is AdamW's
+    own; for SGD and momentum, whose weight_decay PyTorch adds to the gradient instead, it is written here.
+    Returns the gradients' global norm before clipping."""
+    clip, decay = float(training.get("clip", 0)), float(training.get("weight_decay", 0))
+    tensors = [p for _, p in params]
+    norm = float(torch.nn.utils.clip_grad_norm_(tensors, clip) if clip > 0 else
+                 torch.sqrt(sum((p.grad ** 2).sum() for p in tensors)))
+    kind = training.get("optimizer", "sgd")
+    if kind == "adam":
+        groups = [{"params": [p for n, p in params if decays(n)], "weight_decay": decay},
+                  {"params": [p for n, p in params if not decays(n)], "weight_decay": 0.0}]
+        torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
+        return norm
+    with torch.no_grad():
+        for n, p in params:
+            if decays(n):
+                p.mul_(1.0 - lr * decay)
+    torch.optim.SGD(tensors, lr=lr, momentum=0.9 if kind == "momentum" else 0.0).step()
+    return norm
 
 
 def token_label(token, vocab):
@@ -308,13 +337,14 @@ def greedy_decode(model, source, length):  # greedy_decode(): source (S ints) ->
 class Checkpoint:
     header: dict    # key -> value text, in file order, e.g. "d_model" -> "16"
     tensors: dict   # name -> (ROWS, COLS) float64 tensor
+    training: dict = field(default_factory=dict)  # the training section's key -> value text (versions 2, 3)
 
 
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 or 2 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"]):
+        raise ValueError(f"not a sorter checkpoint, version 1, 2 or 3 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -326,11 +356,17 @@ def parse_checkpoint(text):
         values = [float(w) for w in words[at:at + rows * cols]]  # %.17g reads back to the same double
         tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
-    if words[at] == "training":  # version 2: how training stood; the twin compares one step, so skips it
-        at = len(words) - 1
+    training = {}
+    if words[at] == "training":  # versions 2 and 3: the settings, then (momentum, Adam) the running means
+        at += 1
+        while words[at] not in ("m", "end"):
+            key = words[at]
+            training[key] = words[at + 1:at + 3] if key == "train_data" else words[at + 1]
+            at += 3 if key == "train_data" else 2
+        at = len(words) - 1  # one step from a fresh start: no running means yet to compare
     if words[at:] != ["end"]:
         raise ValueError("checkpoint: expected 'end' after the last tensor")
-    return Checkpoint(header, tensors)
+    return Checkpoint(header, tensors, training)
 
 
 def config_from_header(h):
@@ -407,6 +443,13 @@ VARIANTS = [  # (name, sorter flags)
     ("min-len 2 (padded sources)", ["--min-len", "2"]),
     ("task copy", ["--task", "copy"]),
     ("task reverse", ["--task", "reverse"]),
+    ("momentum", ["--optimizer", "momentum"]),
+    ("adam", ["--optimizer", "adam"]),
+    ("label smoothing 0.1", ["--label-smoothing", "0.1"]),
+    ("clip 0.5", ["--clip", "0.5"]),
+    ("weight decay 0.5", ["--weight-decay", "0.5"]),
+    ("momentum, weight decay 0.5", ["--optimizer", "momentum", "--weight-decay", "0.5"]),
+    ("adamw (adam, decay 0.5)", ["--optimizer", "adam", "--weight-decay", "0.5"]),
     ("combined", ["--norm", "post", "--pos", "learned", "--act", "gelu", "--d-model", "8", "--heads", "4",
                   "--seq-len", "7", "--min-len", "3", "--max-digit", "5"]),
 ]
@@ -438,10 +481,14 @@ def replay_step(dump, after):
     source, target_in, target = (torch.tensor(x) for x in (dump.sources, dump.targets_in, dump.targets))
     logits = model.forward(source, target_in)  # (B, T, V)
     logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
-    loss = cross_entropy(logits, target)
+    training = dump.checkpoint.training
+    loss = cross_entropy(logits, target, float(training.get("label_smoothing", 0)))
     loss_diff = abs(loss.item() - dump.loss)
     loss.backward()
-    sgd_update(model.parameters(), dump.lr)
+    norm = update(model.parameters(), dump.lr, training)
+    clip = float(training.get("clip", 0))
+    if clip > 0 and norm <= clip:
+        raise ValueError(f"the gradient's norm {norm:.3g} is below --clip {clip:g}: this check would not clip")
     weight_diff = largest(worst(p.detach(), after.tensors[name]) for name, p in model.parameters())
     return logit_diff, loss_diff, weight_diff
 
@@ -482,8 +529,8 @@ def check():
     if not SORTER.exists():
         print(f"torch_sorter.py --check: {SORTER} not found; run make in {SORTER.parent} first")
         return 1
-    print(f"torch_sorter.py --check: one SGD step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
-          f"PyTorch {torch.__version__} autograd, float64")
+    print(f"torch_sorter.py --check: one training step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
+          f"PyTorch {torch.__version__} autograd and optimizers, float64")
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when a greedy output differs\n")
     print(f"{'variant':<28} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}")
     failed = 0

@@ -11,7 +11,9 @@
 
 // The format, version 2, is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the
 // same bits. The sinusoidal table is computed, not stored. Version 2 adds a training section after the
-// tensors, so --load FILE --steps N goes on where the run stopped (version 1 files still load).
+// tensors, so --load FILE --steps N goes on where the run stopped (version 1 files still load). Version 3
+// adds the regularisers' lines (header and training), written only when one is on: a model without is
+// version 2, byte for byte as before.
 struct Saved {  // what a checkpoint keeps besides the model
     DataConfig data;
     TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
@@ -20,7 +22,7 @@ struct Saved {  // what a checkpoint keeps besides the model
     long pool_size = 0;   // with --train-data: how many sequences its file held (0: generated data),
     uint64_t pool_hash = 0;  // and their fingerprint, so that training goes on only with the same file
     explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
-        : data(d), train(t), optimizer(t.optimizer), draws(training_rng(seed)) {}  // a fresh run's start
+        : data(d), train(t), optimizer(t.optimizer, t.weight_decay, t.clip), draws(training_rng(seed)) {}  // a new run
 };
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
@@ -37,15 +39,24 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
     for (int r = 0; r < m.rows; r++)
         for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
 }
+inline bool needs_version_3(const ModelConfig& c, const TrainConfig& t) {  // a regulariser is on
+    return c.tie_embeddings || c.dropout > 0 || c.attn_dropout > 0 || t.label_smoothing > 0 || t.clip > 0 ||
+           t.weight_decay > 0;
+}
 inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) {  // the whole file
     const ModelConfig& c = model.config;
     const DataConfig& d = saved.data;
     const TrainConfig& t = saved.train;
-    std::fprintf(f, "sorter-checkpoint 2\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
-                 "dec_layers %d\n", c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers);
+    const bool v3 = needs_version_3(c, t);
+    std::fprintf(f, "sorter-checkpoint %d\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
+                 "dec_layers %d\n", v3 ? 3 : 2, c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers,
+                 c.dec_layers);
     std::fprintf(f, "norm %s\npositions %s\nactivation %s\nembed_scale %d\n", NORM_NAMES[int(c.norm)].c_str(),
                  POSITION_NAMES[int(c.positions)].c_str(), ACTIVATION_NAMES[int(c.activation)].c_str(),
                  c.embed_scale ? 1 : 0);
+    if (v3)
+        std::fprintf(f, "tie_embeddings %d\ndropout %.17g\nattn_dropout %.17g\n", c.tie_embeddings ? 1 : 0, c.dropout,
+                     c.attn_dropout);
     std::fprintf(f, "task %s\nseq_len %d\nmin_len %d\nmax_digit %d\n", TASK_NAMES[int(d.task)].c_str(), d.seq_len,
                  d.min_len, d.max_digit);
     auto params = model.parameters();
@@ -59,6 +70,9 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
                  "position_draws %llu\n", OPTIMIZER_NAMES[int(opt.kind)].c_str(), t.lr,
                  SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, opt.t,
                  (unsigned long long)saved.draws.state, (unsigned long long)model.position_draws.state);
+    if (v3)
+        std::fprintf(f, "dropout_draws %llu\nlabel_smoothing %.17g\nclip %.17g\nweight_decay %.17g\n",
+                     (unsigned long long)model.dropout_draws.state, t.label_smoothing, t.clip, t.weight_decay);
     if (saved.pool_size > 0)  // only after --train-data: files of generated data are as they were
         std::fprintf(f, "train_data %ld %llu\n", saved.pool_size, (unsigned long long)saved.pool_hash);
     for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
@@ -144,6 +158,12 @@ struct WordReader {
             error((key.empty() ? "" : key + " ") + w + ": expected a whole number below 2^64");
         return v;
     }
+    double number(const std::string& key, double lo, double hi) {  // lo <= X <= hi
+        std::string w = value_of(key);
+        double v = 0;
+        if (!parse_finite(w, v) || v < lo || v > hi) error(key + " " + w + fmt(": expected a number from %g to %g", lo, hi));
+        return v;
+    }
     int choice(const std::string& key, const std::vector<std::string>& names) {
         std::string w = value_of(key);
         return choice_or_fail(at() + ": " + key, w, names);
@@ -172,7 +192,7 @@ inline void read_values(WordReader& r, const std::string& what, Matrix& m,
 
 // Version 2's training section, after the tensors: the settings, the optimizer's update count and
 // running means (none for SGD, none before the first update), and the training draws.
-inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
+inline void read_training(WordReader& r, Transformer& model, Saved& saved, bool v3) {
     TrainConfig& t = saved.train;
     Optimizer& opt = saved.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
     std::string lr = r.value_of("lr");
@@ -185,6 +205,13 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
     opt.t = r.whole("updates", 0, MAX_STEPS * 1000);
     saved.draws.state = r.whole_u64("draws");  // the generators' states
     model.position_draws.state = r.whole_u64("position_draws");
+    if (v3) {  // the regularisers
+        model.dropout_draws.state = r.whole_u64("dropout_draws");
+        t.label_smoothing = r.number("label_smoothing", 0, MAX_FRACTION);
+        opt.clip = t.clip = r.number("clip", 0, MAX_CLIP);
+        opt.weight_decay = t.weight_decay = r.number("weight_decay", 0, MAX_WEIGHT_DECAY);
+        if (t.lr * t.weight_decay >= 1.0) r.error("weight_decay: lr x weight_decay must stay below 1");
+    }
     std::string w = r.next();
     if (w == "train_data") {  // only a model trained on a --train-data file: its size and fingerprint
         r.put_back(w);
@@ -222,7 +249,7 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved) {
 }
 
 // The header, in the order write_checkpoint writes it, each value checked, then the values that must agree.
-inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d) {
+inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, bool v3) {
     c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
     c.max_len = r.whole("max_len", 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN);
     c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
@@ -234,6 +261,11 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d) {
     c.positions = Positions(r.choice("positions", POSITION_NAMES));
     c.activation = Activation(r.choice("activation", ACTIVATION_NAMES));
     c.embed_scale = r.whole("embed_scale", 0, 1) == 1;
+    if (v3) {
+        c.tie_embeddings = r.whole("tie_embeddings", 0, 1) == 1;
+        c.dropout = r.number("dropout", 0, MAX_FRACTION);
+        c.attn_dropout = r.number("attn_dropout", 0, MAX_FRACTION);
+    }
     d.task = Task(r.choice("task", TASK_NAMES));
     d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN);
     d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
@@ -295,11 +327,11 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, S
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
     std::string version = r.expect("the format version");
-    if (version != "1" && version != "2")
-        r.error("format version " + version + " is not supported (this program reads versions 1 and 2)");
+    if (version != "1" && version != "2" && version != "3")
+        r.error("format version " + version + " is not supported (this program reads versions 1, 2 and 3)");
     ModelConfig c;
     DataConfig d;
-    read_header(r, c, d);
+    read_header(r, c, d, version == "3");
     long count = r.whole("tensors", 1, 1000);
     check_room_for(r, c);
     Transformer model(c, 0);
@@ -308,9 +340,9 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, S
     std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
     if (w.empty()) r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
-    if (version == "2" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
-    if (version == "2") read_training(r, model, saved);
-    if (version == "2") w = r.expect("'end'");
+    if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
+    if (version != "1") read_training(r, model, saved, version == "3");
+    if (version != "1") w = r.expect("'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
     if (!w.empty()) r.error("unexpected '" + w + "' after 'end'");
@@ -324,7 +356,8 @@ inline Transformer load_checkpoint(const std::string& path, Saved& saved) {  // 
 
 // ---------------------------------------------------------------------------------------------
 // --dump-step FILE: the first step before its update, for reference/torch_sorter.py: lr, each example and
-// its logits, the loss (summed in train_step's order, so the same to the last bit), the model as a checkpoint.
+// its logits, the loss (summed in train_step's order, so the same to the last bit; label-smoothed when smoothing
+// is on, as PyTorch's loss is), the model as a checkpoint (its training section: the optimizer and regularisers).
 inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
     std::vector<std::string> words;
     for (int t : tokens) words.push_back(std::to_string(t));
@@ -338,7 +371,7 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
         for (std::size_t i = 0; i < batch.size(); i++) {
             const Example& e = batch[i];
             Matrix logits = model.forward({e.source}, {e.target_in}), unused(logits.rows, logits.cols);
-            loss += weight * cross_entropy(logits, e.target, weight, unused);
+            loss += weight * cross_entropy(logits, e.target, weight, unused, saved.train.label_smoothing);
             std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i,
                          ids_text(e.source).c_str(), ids_text(e.target_in).c_str(), ids_text(e.target).c_str(),
                          logits.rows, logits.cols);

@@ -49,8 +49,9 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
 
 // Training goes on from a checkpoint as if it had never stopped: 12 steps, saved, loaded, 12 more give
 // the same bits as 24 steps in one go, for each optimizer (constant rate: a schedule would see a longer
-// run). The checkpoint keeps the optimizer's update count and running means, and the training draws.
-TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2), and version 1 still loads") {
+// run). The checkpoint keeps the optimizer's update count and running means, and the training draws; with a
+// regulariser on (version 3), its settings and the dropout draws too.
+TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 2 and 3), and version 1 loads") {
     DataConfig d = few_digits();
     ModelConfig c = small_model(d);
     Dataset data(d, {}, 20, 5);
@@ -58,9 +59,11 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2
     struct Run {
         OptimizerKind kind;
         bool random;  // random positions: the model's own draws must go on too
+        bool regularised = false;  // version 3: label smoothing, clipping, weight decay
     };
     for (Run run : {Run{OptimizerKind::sgd, false}, Run{OptimizerKind::momentum, false}, Run{OptimizerKind::adam, false},
-                    Run{OptimizerKind::sgd, true}}) {
+                    Run{OptimizerKind::sgd, true}, Run{OptimizerKind::momentum, false, true},
+                    Run{OptimizerKind::adam, false, true}}) {
         const OptimizerKind kind = run.kind;
         const bool random = run.random;
         ModelConfig c = small_model(d);
@@ -72,20 +75,25 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (version 2
         t.optimizer = kind;
         t.lr = kind == OptimizerKind::adam ? 0.01 : 0.1;
         t.batch = 3;
+        if (run.regularised) t.label_smoothing = 0.1, t.clip = 0.5, t.weight_decay = 0.1;
         auto train = [&](Transformer& model, Saved& saved, int steps) {
             for (int step = 0; step < steps; step++)
-                train_step(model, data.draw_batch(saved.draws, t.batch), t.lr, saved.optimizer);
+                train_step(model, data.draw_batch(saved.draws, t.batch), t.lr, saved.optimizer, t.label_smoothing);
         };
         Transformer straight(c, 9), halves(c, 9);
         Saved straight_saved(d, t, 4), first_half(d, t, 4);
         train(straight, straight_saved, 24);
         train(halves, first_half, 12);
         save_checkpoint(dir.file("half.txt"), halves, first_half);
+        CHECK(read_all(dir.file("half.txt")).rfind(run.regularised ? "sorter-checkpoint 3\n" : "sorter-checkpoint 2\n", 0) == 0);
         Saved second_half;
         Transformer loaded = load_checkpoint(dir.file("half.txt"), second_half);
         CHECK(second_half.optimizer.t == 12);
         CHECK(second_half.train.optimizer == kind);
         CHECK(second_half.train.batch == 3);
+        CHECK((second_half.train.label_smoothing == t.label_smoothing && second_half.train.clip == t.clip &&
+               second_half.train.weight_decay == t.weight_decay));
+        CHECK((second_half.optimizer.clip == t.clip && second_half.optimizer.weight_decay == t.weight_decay));
         train(loaded, second_half, 12);
         CHECK(second_half.optimizer.t == 24);
         CHECK(loaded.position_draws.state == straight.position_draws.state);
@@ -138,7 +146,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 2", "sorter-checkpoint 7"), {"version 7", "1 and 2"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 2", "sorter-checkpoint 7"), {"version 7", "1, 2 and 3"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -183,6 +191,27 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         CHECK(!message.empty());
         CHECK(message.find('\n') == std::string::npos);
         CHECK(contains(message, "--load model.txt"));
+        for (const std::string& part : k.must_say) CHECK(contains(message, part));
+    }
+    // Version 3: the regularisers' lines, each checked.
+    Transformer regularised = model;
+    regularised.config.dropout = 0.1;
+    Saved settings = trained;
+    settings.train.label_smoothing = 0.1, settings.train.weight_decay = 0.5;
+    const std::string v3 = checkpoint_text(regularised, settings);
+    REQUIRE(load_error(v3) == "");
+    for (const Case& k : std::vector<Case>{
+             {"v3: bad tie", replace_once(v3, "tie_embeddings 0", "tie_embeddings 2"), {"tie_embeddings 2", "0 to 1"}},
+             {"v3: dropout 1", replace_once(v3, "dropout 0.1", "dropout 1"), {"dropout 1", "from 0 to 0.9"}},
+             {"v3: no attn_dropout", replace_once(v3, "attn_dropout 0\n", ""), {"expected 'attn_dropout'"}},
+             {"v3: bad smoothing", replace_once(v3, "label_smoothing 0.1", "label_smoothing x"), {"label_smoothing x"}},
+             {"v3: negative clip", replace_once(v3, "clip 0\n", "clip -1\n"), {"clip -1", "from 0 to 1000"}},
+             {"v3: decay flips", replace_once(v3, "weight_decay 0.5", "weight_decay 9"), {"lr x weight_decay"}},
+             {"v3: bad dropout draws", replace_once(v3, "dropout_draws ", "dropout_draws -"), {"dropout_draws -"}},
+             {"v2 with v3 lines", replace_once(v3, "sorter-checkpoint 3", "sorter-checkpoint 2"),
+              {"expected 'task'", "found 'tie_embeddings'"}}}) {
+        std::string message = load_error(k.text);
+        INFO(k.what << ": " << message);
         for (const std::string& part : k.must_say) CHECK(contains(message, part));
     }
     // Momentum's running means follow, one a tensor in the order of the tensors.

@@ -91,6 +91,9 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
                   optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
     std::string variant = variant_text(o);
     if (!variant.empty()) header += "variant: " + variant + "\n";
+    if (o.train.label_smoothing > 0)
+        header += "label smoothing: the losses below are the plain cross-entropy; the gradient is the smoothed "
+                  "loss's\n";
     if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
     std::printf("%s", header.c_str());

@@ -22,6 +22,7 @@ constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 
 constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
+constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {
@@ -57,6 +58,12 @@ struct Args {
     long whole(long lo, long hi) { return whole_or_fail(flag, value(range_text(lo, hi)), lo, hi); }
     int choice(const std::vector<std::string>& names) {
         return choice_or_fail(flag, value("one of " + join(names, ", ")), names);
+    }
+    double between(double lo, double hi) {  // lo <= X <= hi
+        std::string allowed = fmt("a number from %g to %g", lo, hi), text = value(allowed);
+        double v = 0;
+        if (!parse_finite(text, v) || v < lo || v > hi) fail(flag + " " + text + ": expected " + allowed);
+        return v;
     }
     double above_zero(double hi) {
         std::string allowed = fmt("a number above 0 and at most %g, such as 0.05", hi), text = value(allowed);
@@ -104,6 +111,12 @@ template <typename Member>
 Flag switch_flag(const std::string& name, const std::string& help, bool fixed, bool on, Member m) {
     return {name, "", help, fixed, [=](Options& o, Args&) { member(o, m) = on; },
             [=](const Options& o) { return member(o, m) == on ? name : ""; }};
+}
+template <typename Member>
+Flag number_flag(const std::string& name, const std::string& help, double lo, double hi, bool fixed, Member m) {
+    return {name, "X", fmt("%s (default %g, from %g to %g)", help.c_str(), member(DEFAULTS, m), lo, hi), fixed,
+            [=](Options& o, Args& a) { member(o, m) = a.between(lo, hi); },
+            [=](const Options& o) { return fmt("%s %g", name.c_str(), member(o, m)); }};
 }
 template <typename Member>
 Flag path_flag(const std::string& name, const std::string& value, const std::string& help, bool fixed, Member m) {
@@ -164,6 +177,15 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
              "step h (no training)", false,
              [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
+        {"Regularisation (each 0, off, by default)", "./sorter --train-data small.txt --label-smoothing 0.1 "
+         "--weight-decay 0.1", true, {
+            number_flag("--label-smoothing", "aim at (1 - X) on the true token and X / vocab on every token, not "
+                        "at certainty; the table still shows the plain cross-entropy", 0, MAX_FRACTION, true,
+                        &R::label_smoothing),
+            number_flag("--clip", "scale the gradients down when their global norm is above X", 0, MAX_CLIP, true,
+                        &R::clip),
+            number_flag("--weight-decay", "shrink every matrix by 1 - lr X a step (decoupled, as AdamW), biases and "
+                        "LayerNorm spared", 0, MAX_WEIGHT_DECAY, true, &R::weight_decay)}},
         {"Seeing inside", "./sorter --steps 1500 --show-attention --svg /tmp", false, {
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
                         "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
@@ -265,12 +287,12 @@ inline Options parse_options(int argc, char** argv) {
                  m.d_model));
     if (!was_given("--lr"))
         o.train.lr = DEFAULT_LR[int(o.train.optimizer)];
+    if (o.train.lr * o.train.weight_decay >= 1.0)
+        fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
+                 "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));
     if (!o.dump_step_path.empty() && m.positions == Positions::random)
         fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
              "combined with --pos random");
-    if (!o.dump_step_path.empty() && o.train.optimizer != OptimizerKind::sgd)
-        fail("--dump-step records an SGD step for make reference; it cannot be combined with --optimizer " +
-             OPTIMIZER_NAMES[int(o.train.optimizer)]);
     if (!o.load_path.empty())
         for (const Flag* f : given)
             if (f->fixed_by_checkpoint && f->name != "--train-data")  // that one the checkpoint checks instead

@@ -16,8 +16,10 @@ inline double examples_per_second(const Options& o, double seconds) {
     Dataset data(o.data, {}, 0);
     Transformer model(o.model, 1);
     Rng rng = training_rng(1);
-    Optimizer optimizer(o.train.optimizer);
-    auto step = [&] { train_step(model, data.draw_batch(rng, o.train.batch), o.train.lr, optimizer); };
+    Optimizer optimizer(o.train.optimizer, o.train.weight_decay, o.train.clip);
+    auto step = [&] {
+        train_step(model, data.draw_batch(rng, o.train.batch), o.train.lr, optimizer, o.train.label_smoothing);
+    };
     for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) step();
     long steps = 0;
     auto t0 = Clock::now();
