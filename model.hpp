@@ -519,7 +519,7 @@ struct Transformer {
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
     LayerNorm final_norm;
-    Linear out;       // (d_model -> vocab), with bias
+    Linear out;       // (d_model -> vocab), with bias; with tie_embeddings its W is empty: the table's transpose
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
@@ -538,6 +538,7 @@ struct Transformer {
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, true, rng);
+        if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
     }
@@ -573,7 +574,24 @@ struct Transformer {
         Matrix causal = next_row ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, next_row);
-        return out.forward(final_norm.forward(y));  // -> logits (n_seq T, vocab)
+        return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
+    }
+    // The output projection: logits = h W + b, h (n_seq T, d_model). With tie_embeddings (the paper's section
+    // 3.4) W is the embedding table transposed, logits = h table^T + b: one matrix reads a token in and scores
+    // it out, and the table's gradient sums three uses, the source's, the target's and this one.
+    Matrix output(const Matrix& h) {
+        if (!config.tie_embeddings) return out.forward(h);
+        out.x = h;  // saved for output_backward, as Linear::forward saves it
+        return add_row(matmul_bt_fast(h, embed.table.value), out.b.value);
+    }
+    Matrix output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
+        if (!config.tie_embeddings) return out.backward(d_logits);
+        add_row_backward(d_logits, out.b.grad);  // forward: + b
+        Matrix dh(out.x.rows, out.x.cols);
+        // forward: h table^T, so dh += d_logits table and table.grad += d_logits^T h: the output's use, added to
+        // what the embedding's two uses add in backward() below
+        matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
+        return dh;
     }
     Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
     static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
@@ -584,8 +602,8 @@ struct Transformer {
 
     // Undo forward(), last step first. Adds into every parameter's grad.
     void backward(const Matrix& d_logits) {
-        // forward: logits = out.forward(final_norm.forward(y))
-        Matrix dy = final_norm.backward(out.backward(d_logits));
+        // forward: logits = output(final_norm.forward(y))
+        Matrix dy = final_norm.backward(output_backward(d_logits));
         // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
         int S = int(sources[0].size()), T = int(targets_in[0].size()), n_seq = int(sources.size());
         Matrix d_memory(n_seq * S, config.d_model);
@@ -608,7 +626,8 @@ struct Transformer {
         for (size_t i = 0; i < encoder.size(); i++) encoder[i].list_parameters("encoder." + std::to_string(i), list);
         for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
         final_norm.list_parameters("final_norm", list);
-        out.list_parameters("out.W", "out.b", list);
+        if (!config.tie_embeddings) list.push_back({"out.W", &out.W});  // tied: the table, listed once above
+        list.push_back({"out.b", &out.b});
         return list;
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }

@@ -892,6 +892,15 @@ TEST_CASE("gradient: whole model, embed_scale = false") {
     c.embed_scale = false;
     check_model("model (no embed scale)", c);
 }
+// Tied weights: embed.table is read three times (source, target, output projection); its gradient is the
+// sum of the three uses, and out.W is not in the list.
+TEST_CASE("gradient: whole model, tied embeddings") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.tie_embeddings = true;
+    check_model("model (tied embeddings)", c);
+    Transformer model(c, 41);
+    for (auto& [name, p] : model.parameters()) CHECK(name != "out.W");
+}
 TEST_CASE("gradient: whole model, label smoothing 0.1") {
     check_model("model (label smoothing)", tiny_model(tiny_data()), 0.1);
 }

@@ -59,6 +59,7 @@ class ModelConfig:  # struct ModelConfig
     positions: str = "sinusoidal"  # sinusoidal | learned | none
     activation: str = "relu"       # relu | gelu
     embed_scale: bool = True
+    tie_embeddings: bool = False   # the output projection is the embedding table, transposed
 
 
 def xavier(rows, cols):
@@ -230,6 +231,8 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
         self.final_norm = LayerNorm(c.d_model)
         self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
+        if c.tie_embeddings:  # output(): logits = h table^T + b; autograd sums the table's three uses
+            self.out.W = None
 
     def encode(self, source):  # source (B, S) -> memory (B, S, d_model)
         x = self.embed(source)
@@ -242,7 +245,8 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         causal = causal_allowed(target_in.shape[1])
         for block in self.decoder:
             y = block(y, memory, causal, padding_allowed(source))
-        return self.out(self.final_norm(y))
+        h = self.final_norm(y)
+        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
 
     def forward(self, source, target_in):
         return self.decode(target_in, self.encode(source), source)
@@ -257,7 +261,8 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         for i, block in enumerate(self.decoder):
             p += block.params(f"decoder.{i}")
         p += self.final_norm.params("final_norm")
-        p += [("out.W", self.out.W), ("out.b", self.out.b)]
+        p += [("out.W", self.out.W)] if self.out.W is not None else []
+        p += [("out.b", self.out.b)]
         return p
 
 
@@ -373,7 +378,8 @@ def config_from_header(h):
     return ModelConfig(vocab=int(h["vocab"]), max_len=int(h["max_len"]), d_model=int(h["d_model"]),
                        n_heads=int(h["n_heads"]), d_ff=int(h["d_ff"]), enc_layers=int(h["enc_layers"]),
                        dec_layers=int(h["dec_layers"]), norm=h["norm"], positions=h["positions"],
-                       activation=h["activation"], embed_scale=h["embed_scale"] == "1")
+                       activation=h["activation"], embed_scale=h["embed_scale"] == "1",
+                       tie_embeddings=h.get("tie_embeddings") == "1")
 
 
 def model_from_checkpoint(ck):
@@ -445,6 +451,7 @@ VARIANTS = [  # (name, sorter flags)
     ("task reverse", ["--task", "reverse"]),
     ("momentum", ["--optimizer", "momentum"]),
     ("adam", ["--optimizer", "adam"]),
+    ("tied embeddings", ["--tie-embeddings"]),
     ("label smoothing 0.1", ["--label-smoothing", "0.1"]),
     ("clip 0.5", ["--clip", "0.5"]),
     ("weight decay 0.5", ["--weight-decay", "0.5"]),

@@ -106,7 +106,7 @@ inline long parameter_count(const ModelConfig& c) {
     long d = c.d_model, ff = c.d_ff, vocab = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
     long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
     return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
-           norm + d * vocab + vocab;
+           norm + (c.tie_embeddings ? 0 : d * vocab) + vocab;
 }
 
 // Reads a checkpoint word by word; a word over 64 characters is an error, so no file can make a huge string.

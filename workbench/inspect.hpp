@@ -80,7 +80,12 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in);
     std::printf("output\n");
     shape_line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
-    shape_line("W_out, b_out", "(d_model, vocab), (1, vocab)", weight_shapes(model.out));
+    if (c.tie_embeddings) {
+        shape_line("W_out = table^T (tied), b_out", "(d_model, vocab), (1, vocab)",
+                   fmt("(%d, %d), ", c.d_model, c.vocab) + shape_text(model.out.b.value));
+    } else {
+        shape_line("W_out, b_out", "(d_model, vocab), (1, vocab)", weight_shapes(model.out));
+    }
     shape_line("logits = LN(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
 }
 
@@ -111,6 +116,9 @@ inline void print_params(Transformer& model) {
         std::printf("  %-12s %9ld   %s\n", g.block.c_str(), g.total, parts.c_str());
     }
     std::printf("  %-12s %9ld\n", "total", total);
+    if (c.tie_embeddings)
+        std::printf("  (tied: out.W is embed.table transposed, so %d x %d = %d weights fewer)\n", c.d_model, c.vocab,
+                    c.d_model * c.vocab);
 }
 
 // --inspect: what a trained model relies on, measured on the held-out set.

@@ -173,6 +173,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             choice_flag("--act", "feed-forward activation", ACTIVATION_NAMES, true, &M::activation),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
+            switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
+                        "section 3.4): one matrix of vocab x d_model fewer", true, true, &M::tie_embeddings),
             {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
              "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
              "step h (no training)", false,
