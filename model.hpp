@@ -8,7 +8,7 @@
 // input is token ids, integers with no gradient, so its backward returns nothing.
 // Legend as in matrix.hpp: a mini-batch of n_seq sequences runs as one stack of rows (sequence e owns rows
 // e*S .. of the encoder's matrices, e*T .. of the decoder's), so shapes read (n_seq T, d_model).
-// Sections: Linear; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
+// Sections: Linear; Dropout; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
 // Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer. Skip on a first reading:
 // Positions::random (position_rows, hash_of) and the decoding cache (KV, keys, values, next_row, ...).
 //
@@ -84,6 +84,29 @@ struct Linear {
         return dx;
     }
 };
+
+// ---------------------------------------------------------------------------------------------
+// Dropout, inverted as PyTorch's: in training, each entry is zeroed with chance p and the others are scaled by
+// 1 / (1 - p), so every entry keeps its expected value and evaluation passes x through untouched. keep (n, d)
+// saves each entry's factor, 0 or 1 / (1 - p), for backward. Off (draws is nullptr, as outside training, or
+// p is 0): keep is left empty and x comes back as it was. The model's draws are its own stream (Transformer).
+inline Matrix dropout(Matrix x, double p, Rng* draws, Matrix& keep) {
+    keep = Matrix();
+    if (!draws || p == 0.0) return x;
+    keep = Matrix(x.rows, x.cols);
+    for (std::size_t i = 0; i < x.data.size(); i++) {
+        keep.data[i] = draws->uniform() < p ? 0.0 : 1.0 / (1.0 - p);
+        x.data[i] *= keep.data[i];
+    }
+    return x;
+}
+// forward: y = x * keep, entry by entry, so dx = dy * keep: a dropped entry passes no gradient back. dx is
+// made in dy's place (callers move dy in: nothing else reads it), so with nothing dropped nothing is copied.
+inline Matrix dropout_backward(Matrix dy, const Matrix& keep) {
+    if (!keep.empty())
+        for (std::size_t i = 0; i < dy.data.size(); i++) dy.data[i] *= keep.data[i];
+    return dy;  // now dx
+}
 
 // ---------------------------------------------------------------------------------------------
 // Embedding + positions:  X[t] = table[token_t] * scale + pos[row_t].   X (n_seq L, d_model) for
@@ -196,6 +219,7 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
 struct AttentionCache {  // one head of one sequence
     Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;        // the attention weights (T, S); row i says where query i looked
+    Matrix D, keep;  // attention dropout only: D = dropout(P) (T, S), which meets V, and its factors
 };
 
 // A blocked score becomes -1e9, a large negative number, never -inf or NaN: after the row max
@@ -204,22 +228,27 @@ constexpr double MASKED = -1e9;
 
 // Q, K and V are taken by value and moved into the cache, which backward reads: a caller's
 // temporaries (multi-head attention's slices) are kept there without being copied.
-inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache) {
+// Attention dropout (p, draws; in training only) drops weights after the softmax: O = dropout(P) V. The
+// cache keeps P as it was, so the maps show the weights before dropout.
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
+                        Rng* draws = nullptr) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
-    cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores)};
-    return matmul_fast(cache.P, cache.V);  // (T, d_k)
+    cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores), Matrix(), Matrix()};
+    if (draws && p > 0.0) cache.D = dropout(cache.P, p, draws, cache.keep);
+    return matmul_fast(cache.keep.empty() ? cache.P : cache.D, cache.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
                                Matrix& dV) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
-    // forward: O = P V
-    Matrix dP(c.P.rows, c.P.cols);
-    matmul_backward_fast(dO, c.P, c.V, dP, dV);
+    // forward: O = P V, or with attention dropout O = D V, D = dropout(P)
+    Matrix dD(c.P.rows, c.P.cols);
+    matmul_backward_fast(dO, c.keep.empty() ? c.P : c.D, c.V, dD, dV);
+    Matrix dP = dropout_backward(std::move(dD), c.keep);
     // forward: P = softmax_rows(scores). A masked score was replaced by a constant, so it gets no
     // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0.
     Matrix d_scores(c.P.rows, c.P.cols);
@@ -246,13 +275,14 @@ enum class KV { fresh, append, keep };
 
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
+    double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
     Matrix keys, values;                // (n_seq S, d_model), all heads: decoding keeps them across calls
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng)
-        : n_heads(c.n_heads), d_k(c.d_model / c.n_heads),
+        : n_heads(c.n_heads), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, c.d_model, false, rng),
           W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
@@ -261,7 +291,9 @@ struct MultiHeadAttention {
     }
 
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
-    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh) {
+    // draws: the dropout stream in training, else nullptr (every block's forward takes it, to pass it on).
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh,
+                   Rng* draws = nullptr) {
         Matrix Q = W_q.forward(x_q);  // (n_seq T, d_model)
         if (kv == KV::fresh) keys = W_k.forward(x_kv), values = W_v.forward(x_kv);  // (n_seq S, d_model)
         if (kv == KV::append)  // decoding: sequence by sequence, the kept rows, then the new ones
@@ -275,7 +307,8 @@ struct MultiHeadAttention {
                 int col = h * d_k;  // head h owns columns col .. col + d_k - 1
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
                 Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(keys, e * S, S, col, d_k),
-                                       take_block(values, e * S, S, col, d_k), mask_e, heads[e * n_heads + h]);
+                                       take_block(values, e * S, S, col, d_k), mask_e, heads[e * n_heads + h],
+                                       attn_dropout, draws);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
@@ -405,28 +438,34 @@ struct FeedForward {
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its LayerNorm, wrapped around attention or feed-forward.
 //   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
+// With dropout (in training), f's output is dropped before the sum, the paper's residual dropout:
+//   x + dropout(f(LN(x)))   or   LN(x + dropout(f(x)))
 // (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
 // The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
 // f_backward) its backward (d of f's output in, d of f's input out): a block's backward is its forward reversed.
 struct Sublayer {
     LayerNorm norm;
     Norm where = Norm::pre;
+    double p = 0.0;  // dropout on f's output, in training
+    Matrix keep;     // saved: the dropout's factors, empty when nothing was dropped
 
     Sublayer() = default;
-    explicit Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm) {}
+    explicit Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm), p(c.dropout) {}
 
     template <typename F>  // f: Matrix(const Matrix& f_in)
-    Matrix forward(const Matrix& x, F f) {
-        if (where == Norm::pre) return add(x, f(norm.forward(x)));  // x + f(LN(x))
-        return norm.forward(add(x, f(x)));                          // LN(x + f(x))
+    Matrix forward(const Matrix& x, F f, Rng* draws = nullptr) {
+        if (where == Norm::pre) return add(x, dropout(f(norm.forward(x)), p, draws, keep));  // x + f(LN(x))
+        return norm.forward(add(x, dropout(f(x), p, draws, keep)));                          // LN(x + f(x))
     }
     template <typename B>  // f_backward: Matrix(const Matrix& d_f_out), returns d_f_in
     Matrix backward(const Matrix& d_out, B f_backward) {
         // forward: out = sum (pre-norm) or LN(sum) (post-norm)
         Matrix d_sum = where == Norm::pre ? d_out : norm.backward(d_out);
-        // forward: sum = add(x, f_out): both terms get d_sum
-        Matrix dx(d_sum.rows, d_sum.cols), d_f_out(d_sum.rows, d_sum.cols);
-        add_backward(d_sum, dx, d_f_out);
+        // forward: sum = add(x, dropped): both terms get d_sum
+        Matrix dx(d_sum.rows, d_sum.cols), d_dropped(d_sum.rows, d_sum.cols);
+        add_backward(d_sum, dx, d_dropped);
+        // forward: dropped = dropout(f_out), f_out itself when nothing is dropped
+        Matrix d_f_out = dropout_backward(std::move(d_dropped), keep);
         // forward: f_out = f(f_in), f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
         Matrix d_f_in = f_backward(d_f_out);
         accumulate(dx, where == Norm::pre ? norm.backward(d_f_in) : d_f_in);
@@ -451,9 +490,10 @@ struct EncoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1) {  // n_seq sequences stacked
-        Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
-        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
+    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1, Rng* draws = nullptr) {  // n_seq stacked
+        Matrix x1 = attn_sub.forward(
+            x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq, KV::fresh, draws); }, draws);
+        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); }, draws);
     }
     Matrix backward(const Matrix& d_out) {
         // forward: out = ffn_sub.forward(x1, ffn)
@@ -486,13 +526,14 @@ struct DecoderBlock {
     // next_row (greedy decoding only, train.hpp): y holds each sequence's newest row only, and the
     // attentions go on from the keys and values they kept.
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
-                   int n_seq = 1, bool next_row = false) {
+                   int n_seq = 1, bool next_row = false, Rng* draws = nullptr) {
         KV self_kv = next_row ? KV::append : KV::fresh, cross_kv = next_row ? KV::keep : KV::fresh;
-        Matrix y1 =
-            self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv); });
+        Matrix y1 = self_sub.forward(
+            y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv, draws); }, draws);
         Matrix y2 = cross_sub.forward(
-            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv); });
-        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
+            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv, draws); },
+            draws);
+        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); }, draws);
     }
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
@@ -524,12 +565,14 @@ struct Transformer {
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
-    // Positions::random draws each source's rows anew while train_step runs (it sets `training`; random
-    // positions are the only part of the model that reads it). Otherwise a source's rows are drawn from
-    // the source itself, so one input always reads the same rows and an evaluation never moves the draws.
+    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
+    // train_step sets `training`, which two parts read: dropout, and Positions::random, which draws each
+    // source's rows anew. Otherwise a source's rows are drawn from the source itself, so one input always
+    // reads the same rows and an evaluation never moves the draws.
     Rng position_draws{1};
-    Rng dropout_draws{1};  // the dropout masks' own stream, drawn from in training only
+    Rng dropout_draws{1};  // the dropout masks' own stream, drawn from in the order forward runs
     bool training = false;
+    Rng* dropout_stream() { return training ? &dropout_draws : nullptr; }  // what every block's forward is passed
 
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
@@ -553,7 +596,8 @@ struct Transformer {
         }
         Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
         Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
-        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
+        x = dropout(std::move(x), config.dropout, dropout_stream(), source_keep);
+        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()), dropout_stream());
         return x;
     }
     // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
@@ -573,7 +617,9 @@ struct Transformer {
         bool next_row = first_position > 0;
         Matrix causal = next_row ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
-        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq, next_row);
+        y = dropout(std::move(y), config.dropout, dropout_stream(), target_keep);
+        for (DecoderBlock& block : decoder)
+            y = block.forward(y, memory, causal, memory_mask, n_seq, next_row, dropout_stream());
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
     // The output projection: logits = h W + b, h (n_seq T, d_model). With tie_embeddings (the paper's section
@@ -611,8 +657,11 @@ struct Transformer {
         // forward: x = block.forward(x, src_mask) for each encoder block; memory = x
         Matrix dx = d_memory;
         for (int i = int(encoder.size()) - 1; i >= 0; i--) dx = encoder[i].backward(dx);
-        // forward: y = embed.forward(tgts_in) and x = embed.forward(srcs). The table is shared, so
-        // sequence by sequence, decoder side first: the order in which one sequence at a time would add.
+        // forward: y = dropout(embed.forward(tgts_in)), x = dropout(embed.forward(srcs))
+        dy = dropout_backward(std::move(dy), target_keep);
+        dx = dropout_backward(std::move(dx), source_keep);
+        // The table is shared, so sequence by sequence, decoder side first: the order in which one sequence
+        // at a time would add.
         for (int e = 0; e < n_seq; e++) {
             embed.backward(targets_in[e], target_rows[e], take_block(dy, e * T, T, 0, config.d_model));
             embed.backward(sources[e], source_rows[e], take_block(dx, e * S, S, 0, config.d_model));

@@ -633,6 +633,79 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Dropout
+// ---------------------------------------------------------------------------------------------
+
+// Dropout by hand, then its backward alone and inside every block that uses it. p = 0.5 on 2,000 ones:
+// every entry is 0 or exactly 2, about half of each; with no draws (outside training) nothing changes.
+// A gradient check needs the same masks on both sides of every difference: each forward starts from the
+// same state of the draws, so it replays the same masks (as check_model does with the model's stream).
+TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks, masks replayed") {
+    Matrix ones(40, 50, 1.0), keep;
+    Rng draws(5);
+    Matrix y = dropout(ones, 0.5, &draws, keep);
+    int dropped = 0;
+    for (std::size_t i = 0; i < y.data.size(); i++) {
+        CHECK((y.data[i] == 0.0 || y.data[i] == 2.0));
+        CHECK(keep.data[i] == y.data[i]);
+        dropped += y.data[i] == 0.0;
+    }
+    CHECK((dropped > 900 && dropped < 1100));
+    CHECK(dropout(ones, 0.5, nullptr, keep).data == ones.data);
+    CHECK(keep.empty());
+
+    const Rng start(6);
+    Rng rng(32);
+    Matrix x = random_matrix(4, 6, rng), dx(4, 6);
+    check_block("dropout (p 0.3)", {tensor("x", x, dx)},
+                [&] {
+                    Rng d = start;
+                    return dropout(x, 0.3, &d, keep);
+                },
+                [&](const Matrix& G) { dx = dropout_backward(G, keep); });  // a copy of G: the check keeps it
+
+    Matrix Q = random_matrix(4, 3, rng), K = random_matrix(5, 3, rng), V = random_matrix(5, 3, rng);
+    Matrix dQ(4, 3), dK(5, 3), dV(5, 3);
+    AttentionCache cache;
+    check_block("attention (weights dropout 0.3)", {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
+                [&] {
+                    Rng d = start;
+                    return attention(Q, K, V, Matrix(), cache, 0.3, &d);
+                },
+                [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
+
+    for (Norm where : {Norm::pre, Norm::post}) {
+        ModelConfig c = small_config();
+        c.norm = where;
+        c.dropout = c.attn_dropout = 0.2;
+        Rng init(28);
+        EncoderBlock encoder(c, init);
+        DecoderBlock decoder(c, init);
+        jitter(params_of(encoder, "encoder"), init, 0.1);
+        jitter(params_of(decoder, "decoder"), init, 0.1);
+        Matrix x5 = random_matrix(5, c.d_model, rng), dx5(5, c.d_model), y = random_matrix(4, c.d_model, rng),
+               dy(4, c.d_model), memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
+        Matrix mask = padding_mask(5, {padded_source}), causal = causal_mask(4), mem_mask = padding_mask(4, {padded_source});
+        const std::string norm = where == Norm::pre ? " (pre-norm, dropout 0.2)" : " (post-norm, dropout 0.2)";
+        check_block("EncoderBlock" + norm, with({tensor("x", x5, dx5)}, tensors_of(params_of(encoder, "encoder"))),
+                    [&] {
+                        Rng d = start;
+                        return encoder.forward(x5, mask, 1, &d);
+                    },
+                    [&](const Matrix& G) { dx5 = encoder.backward(G); });
+        check_block("DecoderBlock" + norm,
+                    with({tensor("y", y, dy), tensor("memory", memory, d_memory)}, tensors_of(params_of(decoder, "decoder"))),
+                    [&] {
+                        Rng d = start;
+                        return decoder.forward(y, memory, causal, mem_mask, 1, false, &d);
+                    },
+                    [&](const Matrix& G) { dy = decoder.backward(G, d_memory); });
+        CHECK(!decoder.ffn_sub.keep.empty());  // the masks were drawn
+        CHECK(!decoder.cross_attn.heads[0].keep.empty());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The Transformer and padding
 // ---------------------------------------------------------------------------------------------
 
@@ -809,9 +882,9 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
     REQUIRE(batch[1].source == std::vector<int>{3, 1, PAD, PAD});
     // Positions::random draws each source's rows anew at every forward: both sides of every difference,
     // and the backward, must read the same draw, so each pass starts from the same draw state.
-    const Rng draws = model.position_draws;
+    const Rng draws = model.position_draws, masks = model.dropout_draws;  // dropout: the same masks each pass
     auto loss = [&] {
-        model.position_draws = draws;
+        model.position_draws = draws, model.dropout_draws = masks;
         model.training = true;  // as in train_step, whose gradient this checks
         Matrix logits = model.forward({batch[0].source, batch[1].source}, {batch[0].target_in, batch[1].target_in});
         double L = 0.0;
@@ -824,7 +897,7 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
         return L;
     };
     check_gradients(name, tensors_of(model.parameters()), loss, [&] {
-        model.position_draws = draws;
+        model.position_draws = draws, model.dropout_draws = masks;
         Optimizer sgd;
         train_step(model, batch, 0.0, sgd, label_smoothing);
     });
@@ -900,6 +973,11 @@ TEST_CASE("gradient: whole model, tied embeddings") {
     check_model("model (tied embeddings)", c);
     Transformer model(c, 41);
     for (auto& [name, p] : model.parameters()) CHECK(name != "out.W");
+}
+TEST_CASE("gradient: whole model, dropout 0.1 and attention dropout 0.1") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.dropout = c.attn_dropout = 0.1;
+    check_model("model (dropout)", c);
 }
 TEST_CASE("gradient: whole model, label smoothing 0.1") {
     check_model("model (label smoothing)", tiny_model(tiny_data()), 0.1);

@@ -184,7 +184,7 @@ struct Dataset {
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
                             Matrix& d_logits, double smoothing = 0.0) {
     int T = logits.rows;
-    double loss = 0.0;
+    double loss = 0.0, spread = smoothing / logits.cols;  // E / vocab, every token's share of the smoothing
     for (int t = 0; t < T; t++) {
         // log p_t[k] = logits[t][k] - max - log(sum_v exp(logits[t][v] - max)), the max trick again:
         // std::log(p) would be -inf once a confident wrong guess makes p underflow to 0.
@@ -193,8 +193,8 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
         for (int v = 0; v < logits.cols; v++) sum += std::exp(logits.at(t, v) - max);
         loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - std::log(sum)) / T;
         for (int v = 0; v < logits.cols; v++) {
-            if (smoothing > 0) loss -= smoothing / logits.cols * (logits.at(t, v) - max - std::log(sum)) / T;
-            double q = (v == target[t] ? 1.0 - smoothing : 0.0) + smoothing / logits.cols;  // the target row
+            if (smoothing > 0) loss -= spread * (logits.at(t, v) - max - std::log(sum)) / T;
+            double q = (v == target[t] ? 1.0 - smoothing : 0.0) + spread;  // the target row
             d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - q) / T;
         }
     }

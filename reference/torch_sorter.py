@@ -122,19 +122,22 @@ def causal_allowed(T):
     return torch.ones(T, T, dtype=torch.bool).tril()
 
 
-def attention(Q, K, V, allowed):  # attention(): O = softmax(Q K^T / sqrt(d_k), blocked = -1e9) V
+def attention(Q, K, V, allowed, keep=None):  # attention(): O = softmax(Q K^T / sqrt(d_k), blocked = -1e9) V
     """Q (B, n_heads, T, d_k), K and V (B, n_heads, S, d_k), allowed broadcast to (B, n_heads, T, S) or None.
+    keep (B, n_heads, T, S): attention dropout's factors, sorter's own masks replayed, or None.
     Returns O (B, n_heads, T, d_k)."""
     scores = (Q @ K.transpose(-2, -1)) * (1.0 / math.sqrt(Q.shape[-1]))  # (B, n_heads, T, S)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, MASKED)  # replaced, not added: the C++ rule
-    return torch.softmax(scores, dim=-1) @ V
+    P = torch.softmax(scores, dim=-1)
+    return (P if keep is None else P * keep) @ V
 
 
 class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_heads slices of d_k columns, join, W_o
     def __init__(self, c):
         self.n_heads, self.d_k = c.n_heads, c.d_model // c.n_heads
         self.W_q, self.W_k, self.W_v, self.W_o = (Linear(c.d_model, c.d_model, bias=False) for _ in range(4))
+        self.keep = None  # attention dropout's factors (B, n_heads, T, S) for one replayed step, or None
 
     def split(self, x):  # (B, L, d_model) -> (B, n_heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
         B, L, _ = x.shape
@@ -142,7 +145,7 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
 
     def __call__(self, x_q, x_kv, allowed):  # x_q (B, T, d_model), x_kv (B, S, d_model) -> (B, T, d_model)
         Q, K, V = self.split(self.W_q(x_q)), self.split(self.W_k(x_kv)), self.split(self.W_v(x_kv))
-        O = attention(Q, K, V, allowed)                  # (B, n_heads, T, d_k)
+        O = attention(Q, K, V, allowed, self.keep)       # (B, n_heads, T, d_k)
         joined = O.transpose(1, 2).reshape(x_q.shape)    # (B, T, d_model): the heads side by side again
         return self.W_o(joined)
 
@@ -180,12 +183,13 @@ class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x)
     def __init__(self, c):
         self.norm = LayerNorm(c.d_model)
         self.where = c.norm
+        self.keep = None  # residual dropout's factors (B, L, d_model) for one replayed step, or None
 
     def input(self, x):  # what f reads
         return self.norm(x) if self.where == "pre" else x
 
     def output(self, x, f_out):  # the residual sum, normalised afterwards only in post-norm
-        total = x + f_out
+        total = x + (f_out if self.keep is None else f_out * self.keep)
         return total if self.where == "pre" else self.norm(total)
 
 
@@ -231,17 +235,22 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
         self.final_norm = LayerNorm(c.d_model)
         self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
+        self.keep = {}  # dropout's factors by sorter's names, for one replayed step (replay_masks)
         if c.tie_embeddings:  # output(): logits = h table^T + b; autograd sums the table's three uses
             self.out.W = None
 
     def encode(self, source):  # source (B, S) -> memory (B, S, d_model)
         x = self.embed(source)
+        if "embed.source" in self.keep:
+            x = x * self.keep["embed.source"]
         for block in self.encoder:
             x = block(x, padding_allowed(source))
         return x
 
     def decode(self, target_in, memory, source):  # target_in (B, T) -> logits (B, T, V)
         y = self.embed(target_in)
+        if "embed.target" in self.keep:
+            y = y * self.keep["embed.target"]
         causal = causal_allowed(target_in.shape[1])
         for block in self.decoder:
             y = block(y, memory, causal, padding_allowed(source))
@@ -250,6 +259,23 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
 
     def forward(self, source, target_in):
         return self.decode(target_in, self.encode(source), source)
+
+    def replay_masks(self, masks, B, S, T):
+        """Dropout as sorter drew it: masks, by sorter's names (dropout_masks() in checkpoint.hpp), each (rows,
+        cols) as sorter stacks a batch, reshaped to this twin's (B, L, d_model) or (B, n_heads, T, S)."""
+        H = self.config.n_heads
+        self.keep = {name: masks[name].view(B, -1, m.shape[1]) for name, m in masks.items() if name.startswith("embed")}
+        places = [(f"encoder.{i}", b, [("attn_sub", S), ("ffn_sub", S)], [("self_attn", S)])
+                  for i, b in enumerate(self.encoder)]
+        places += [(f"decoder.{i}", b, [("self_sub", T), ("cross_sub", T), ("ffn_sub", T)],
+                    [("self_attn", T), ("cross_attn", T)]) for i, b in enumerate(self.decoder)]
+        for name, block, sublayers, attentions in places:
+            for sub, L in sublayers:
+                m = masks.get(f"{name}.{sub}")
+                getattr(block, sub).keep = None if m is None else m.view(B, L, -1)
+            for attn, L in attentions:
+                m = masks.get(f"{name}.{attn}")
+                getattr(block, attn).keep = None if m is None else m.view(B, H, L, -1)
 
     def parameters(self):
         """Every learned tensor with its checkpoint name, in Transformer::parameters() order."""
@@ -401,6 +427,7 @@ class StepDump:
     targets_in: list = field(default_factory=list)   # B lists of T tokens
     targets: list = field(default_factory=list)      # B lists of T tokens
     logits: list = field(default_factory=list)       # B tensors (T, V), before the update
+    masks: dict = field(default_factory=dict)        # dropout's factors by name, (rows, cols) as sorter stacks them
     loss: float = 0.0                                # the batch's mean loss, before the update
     checkpoint: Checkpoint = None                    # the model before the step
 
@@ -429,6 +456,12 @@ def parse_step_dump(text):
         rows = [[float(w) for w in line.split()] for line in lines[at:at + T]]
         dump.logits.append(torch.tensor(rows, dtype=torch.float64).view(T, V))  # view checks the count
         at += T
+    if lines[at].startswith("masks "):  # only with dropout on
+        for _ in range(int(take("masks")[0])):
+            name, rows, cols = take("mask")
+            values = [[float(w) for w in line.split()] for line in lines[at:at + int(rows)]]
+            dump.masks[name] = torch.tensor(values, dtype=torch.float64).view(int(rows), int(cols))
+            at += int(rows)
     dump.loss = float(take("loss")[0])
     take("checkpoint")
     dump.checkpoint = parse_checkpoint("\n".join(lines[at:]))
@@ -451,6 +484,10 @@ VARIANTS = [  # (name, sorter flags)
     ("task reverse", ["--task", "reverse"]),
     ("momentum", ["--optimizer", "momentum"]),
     ("adam", ["--optimizer", "adam"]),
+    ("dropout 0.1", ["--dropout", "0.1"]),
+    ("attention dropout 0.1", ["--attn-dropout", "0.1"]),
+    ("dropout, post-norm, 2+2", ["--dropout", "0.2", "--attn-dropout", "0.2", "--norm", "post", "--enc-layers", "2",
+                                 "--dec-layers", "2", "--min-len", "2"]),
     ("tied embeddings", ["--tie-embeddings"]),
     ("label smoothing 0.1", ["--label-smoothing", "0.1"]),
     ("clip 0.5", ["--clip", "0.5"]),
@@ -486,6 +523,10 @@ def replay_step(dump, after):
     """Redo the dumped step with autograd. Returns the worst |difference| of logits, loss, weights."""
     model = model_from_checkpoint(dump.checkpoint)
     source, target_in, target = (torch.tensor(x) for x in (dump.sources, dump.targets_in, dump.targets))
+    header = dump.checkpoint.header
+    if (float(header.get("dropout", 0)) > 0 or float(header.get("attn_dropout", 0)) > 0) and not dump.masks:
+        raise ValueError("the model has dropout, and the step dump holds no masks to replay")
+    model.replay_masks(dump.masks, len(dump.sources), len(dump.sources[0]), len(dump.targets_in[0]))
     logits = model.forward(source, target_in)  # (B, T, V)
     logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
     training = dump.checkpoint.training

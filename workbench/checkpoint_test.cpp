@@ -72,6 +72,7 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
             c.max_len = 12;
         }
         c.tie_embeddings = run.regularised;
+        c.dropout = c.attn_dropout = run.regularised ? 0.1 : 0.0;
         TrainConfig t;
         t.optimizer = kind;
         t.lr = kind == OptimizerKind::adam ? 0.01 : 0.1;
@@ -98,6 +99,8 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
         train(loaded, second_half, 12);
         CHECK(second_half.optimizer.t == 24);
         CHECK(loaded.position_draws.state == straight.position_draws.state);
+        if (run.regularised) CHECK(loaded.dropout_draws.state == straight.dropout_draws.state);  // v3 keeps them
+        CHECK((loaded.config.dropout == c.dropout && loaded.config.attn_dropout == c.attn_dropout));
         auto a = straight.parameters(), b = loaded.parameters();
         for (std::size_t i = 0; i < a.size(); i++) {
             INFO(OPTIMIZER_NAMES[int(kind)], random ? " random positions " : " ", a[i].first);

@@ -179,8 +179,13 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
              "step h (no training)", false,
              [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
-        {"Regularisation (each 0, off, by default)", "./sorter --train-data small.txt --label-smoothing 0.1 "
-         "--weight-decay 0.1", true, {
+        {"Regularisation (each 0, off, by default)", "./sorter --train-data small.txt --dropout 0.1 "
+         "--label-smoothing 0.1 --weight-decay 0.1", true, {
+            number_flag("--dropout", "in training, zero each entry of the embeddings and of every sublayer's output "
+                        "with chance X, scaling the rest by 1 / (1 - X) (the paper: 0.1)", 0, MAX_FRACTION, true,
+                        &M::dropout),
+            number_flag("--attn-dropout", "in training, the same on the attention weights; maps show them before "
+                        "it", 0, MAX_FRACTION, true, &M::attn_dropout),
             number_flag("--label-smoothing", "aim at (1 - X) on the true token and X / vocab on every token, not "
                         "at certainty; the table still shows the plain cross-entropy", 0, MAX_FRACTION, true,
                         &R::label_smoothing),
