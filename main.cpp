@@ -89,7 +89,7 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
         Rng next_draws = saved.draws;  // a copy: the batch training would draw next
         trace_shapes(model, data.draw_batch(next_draws, o.train.batch));
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr);
+    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr, o.decode);
 }
 
 // =============================================================================================
@@ -132,7 +132,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
 
 // A loaded model that trains no further: its held-out score.
 inline void score_loaded(Transformer& model, const Dataset& data, History& history, bool print) {
-    Accuracy a = evaluate(model, data.held_out);
+    Accuracy a = evaluate(model, data.held_out, history.decoding);
     history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n",
                                        100 * a.exact, a.exact_count, a.total, 100 * a.token)
                                  : "held-out: n/a (this model's data settings allow no held-out set)\n";
@@ -142,22 +142,31 @@ inline void score_loaded(Transformer& model, const Dataset& data, History& histo
 // =============================================================================================
 // 5. After training
 // =============================================================================================
-// The --sort digits' output, then --show-attention, --inspect and --test-len, all on the same example.
+// The --sort digits' output (with a beam, every hypothesis), then --show-attention, --inspect and --test-len,
+// all on the same example.
 inline void show_after_training(const Options& o, Transformer& model, const Dataset& data, const Example& example,
                                 bool sort_asked) {
     const ModelConfig& c = model.config;
-    std::vector<int> guess = greedy_decode(model, {example.source}, o.data.seq_len)[0];
+    std::vector<int> guess = decode_outputs(model, {example.source}, o.data.seq_len, o.decode)[0];
     std::string input = digits_text(example.source, c), output = digits_text(guess, c);
     if (sort_asked)
         std::printf("\ninput  %s\noutput %s   (%s: %s%s)\n", input.c_str(), output.c_str(),
                     TASK_NAMES[int(o.data.task)].c_str(), digits_text(example.target, c).c_str(),
                     guess == example.target ? ", ok" : ", wrong");
+    if (sort_asked && o.decode.beam > 1) {
+        std::printf("beam search, beam %d, length penalty %g: the hypotheses, best score first\n", o.decode.beam,
+                    o.decode.length_penalty);
+        auto found = beam_search(model, {example.source}, o.data.seq_len, o.decode.beam, o.decode.length_penalty);
+        for (const Hypothesis& h : found[0])
+            std::printf("  %s   log P %9.4f   score %9.4f\n", digits_text(h.tokens, c).c_str(), h.log_prob,
+                        beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty));
+    }
     if (o.show_attention) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
         print_attention(attention_maps(model, example.source, guess), o.numbers);
     }
     if (o.inspect) inspect(model, data.held_out);
-    if (o.test_len > 0) length_report(model, data, o.test_len);
+    if (o.test_len > 0) length_report(model, data, o.test_len, o.decode);
 }
 
 // The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
@@ -168,7 +177,7 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
         std::printf("saved %s\n", o.save_path.c_str());
     }
     if (!o.svg_dir.empty())
-        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history);
+        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode);
     if (!o.report_path.empty()) {  // on the first watched input, or the --sort digits
         if (history.watched.empty()) history.watched = watched_examples(data);
         if (history.predictions.empty()) show_examples("the loaded model", model, history);
@@ -207,6 +216,7 @@ inline int run(Options o) {
     std::string loaded = o.load_path.empty() ? "" : loaded_text(o, saved);
     std::printf("%s", loaded.c_str());
     History history;
+    history.decoding = o.decode;
     if (o.load_path.empty() || o.train.steps > 0) {
         check_held_out(o, data);
         history = train_run(o, data, model, saved);

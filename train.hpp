@@ -7,7 +7,7 @@
 //
 // Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
 // schedules (skip momentum, Adam and warm-up on a first reading); a training step and the training
-// loop's step; greedy decoding and evaluation. Legend: T, S target and source lengths (both seq_len),
+// loop's step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target and source lengths (both seq_len),
 // vocab, and n_seq the sequences of a mini-batch, stacked as rows (matrix.hpp).
 #pragma once
 
@@ -54,6 +54,12 @@ struct TrainConfig {
     double label_smoothing = 0.0;  // E: cross_entropy's target row is (1 - E) one_hot + E / vocab
     double clip = 0.0;             // the gradients' global norm is scaled down to at most this (Optimizer)
     double weight_decay = 0.0;     // every matrix shrinks by the factor 1 - lr weight_decay a step (Optimizer)
+};
+
+// How outputs are decoded (inference only): greedy, or beam search over the K best outputs (below).
+struct DecodeConfig {
+    int beam = 1;                 // K; 1 is greedy decoding
+    double length_penalty = 0.6;  // alpha of GNMT's ((5 + length) / 6)^alpha, the paper's 0.6 (beam search only)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -355,6 +361,106 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
     return decoded;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Beam search (inference only): keep the K most likely outputs so far of each source, not only the one
+// best, so that a first token that looks worse can still win with what follows. Each step extends every
+// kept output (a hypothesis) by every token, scores the K x vocab candidates, and keeps the K best.
+//   log_prob   log P(tokens | source) = the sum of each chosen token's log-softmax
+//   score      log_prob / ((5 + length) / 6)^alpha (GNMT's length penalty): a longer output has summed
+//              more negative terms, and the penalty makes up for that. length counts the tokens up to
+//              the first PAD, which ends the output (PAD included), or all of them.
+// Every candidate of one hypothesis has the same length so far, so with K = 1 the best candidate is the
+// largest logit: greedy decoding's choice. Each source starts with one hypothesis, START alone, and keeps
+// min(K, its candidates) at each step; its hypotheses sit side by side in the decoder's stack of sequences.
+struct Hypothesis {
+    std::vector<int> tokens;  // (up to T) the output so far
+    double log_prob = 0.0;
+};
+inline int output_length(const std::vector<int>& tokens) {
+    auto pad = std::find(tokens.begin(), tokens.end(), PAD);
+    return int(pad == tokens.end() ? tokens.size() : pad - tokens.begin() + 1);
+}
+inline double length_penalty(int length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
+inline double beam_score(double log_prob, int length, double alpha) { return log_prob / length_penalty(length, alpha); }
+
+// Sequence i of the decoder's stack now continues sequence from[i]: what the decoder kept for each (the keys
+// and values of both attentions: the prefix's and the source's), its source and its source's position rows.
+inline void follow_parents(Transformer& model, Transformer::Batch& sources, const std::vector<int>& from) {
+    for (DecoderBlock& block : model.decoder)
+        for (Matrix* kept : {&block.self_attn.keys, &block.self_attn.values, &block.cross_attn.keys,
+                             &block.cross_attn.values}) {
+            const int rows = kept->rows / int(sources.size());  // each sequence's rows
+            Matrix gathered(int(from.size()) * rows, kept->cols);
+            for (std::size_t i = 0; i < from.size(); i++)
+                std::copy_n(&kept->at(from[i] * rows, 0), std::size_t(rows) * kept->cols, &gathered.at(int(i) * rows, 0));
+            *kept = std::move(gathered);
+        }
+    Transformer::Batch old_sources = sources, old_rows = model.source_rows;
+    sources.clear(), model.source_rows.clear();
+    for (int parent : from) sources.push_back(old_sources[parent]), model.source_rows.push_back(old_rows[parent]);
+}
+
+// Each source's hypotheses after `length` steps, best score first: K of them, or all vocab^length if fewer.
+inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, const Transformer::Batch& sources,
+                                                        int length, int K, double alpha) {
+    const int n = int(sources.size()), vocab = model.config.vocab;
+    Matrix memory = model.encode(sources);  // (n S, d_model), once; from step 1 on the decoder reads what it kept
+    Transformer::Batch srcs = sources, newest(n, {start_token(vocab)});  // each sequence's source and last token
+    std::vector<Hypothesis> beams(n);  // source e's `live` hypotheses are beams[e live .. (e + 1) live - 1]
+    int live = 1;
+    for (int step = 0; step < length; step++) {
+        Matrix logits = model.decode(newest, memory, srcs, step);  // (n live, vocab): the newest rows only
+        const int keep = int(std::min<long>(K, long(live) * vocab));
+        std::vector<Hypothesis> next;
+        std::vector<int> from;
+        for (int e = 0; e < n; e++) {
+            struct Candidate { int parent, token; double log_prob, score; };
+            std::vector<Candidate> candidates;  // in (parent, token) order: of two equal scores the first stays
+            for (int i = e * live; i < (e + 1) * live; i++) {
+                double max = logits.at(i, 0), sum = 0.0;  // log-softmax of row i, the max trick
+                for (int v = 1; v < vocab; v++) max = std::max(max, logits.at(i, v));
+                for (int v = 0; v < vocab; v++) sum += std::exp(logits.at(i, v) - max);
+                const double log_sum = std::log(sum);
+                // Every candidate of hypothesis i has one length: its tokens and the new one, or, once a PAD
+                // has ended the output, the length up to that PAD. So one penalty divides them all.
+                const std::vector<int>& tokens = beams[i].tokens;
+                bool ended = std::find(tokens.begin(), tokens.end(), PAD) != tokens.end();
+                const double penalty = length_penalty(ended ? output_length(tokens) : int(tokens.size()) + 1, alpha);
+                for (int v = 0; v < vocab; v++) {
+                    double log_prob = beams[i].log_prob + (logits.at(i, v) - max - log_sum);
+                    candidates.push_back({i, v, log_prob, log_prob / penalty});
+                }
+            }
+            std::stable_sort(candidates.begin(), candidates.end(),
+                             [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+            for (int k = 0; k < keep; k++) {
+                const Candidate& c = candidates[k];
+                from.push_back(c.parent);
+                next.push_back({beams[c.parent].tokens, c.log_prob});
+                next.back().tokens.push_back(c.token);
+            }
+        }
+        follow_parents(model, srcs, from);
+        beams = std::move(next), live = keep;
+        newest.assign(beams.size(), {0});
+        for (std::size_t i = 0; i < beams.size(); i++) newest[i][0] = beams[i].tokens.back();
+    }
+    std::vector<std::vector<Hypothesis>> found(n);
+    for (std::size_t i = 0; i < beams.size(); i++) found[i / live].push_back(beams[i]);
+    return found;
+}
+
+// The best output of each source: greedy decoding, or with a beam the best-scoring hypothesis.
+inline std::vector<std::vector<int>> decode_outputs(Transformer& model, const Transformer::Batch& sources, int length,
+                                                    const DecodeConfig& how) {
+    if (how.beam == 1) return greedy_decode(model, sources, length);
+    std::vector<std::vector<int>> best;
+    for (std::vector<Hypothesis>& found : beam_search(model, sources, length, how.beam, how.length_penalty))
+        best.push_back(found[0].tokens);
+    return best;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Many examples are decoded or scored a chunk at a time, as one stack of rows: large products, bounded
 // memory. A forward pass keeps per sequence of length L about n_heads L^2 + 16 L d_model values in each
 // attention layer and 4 L d_ff in each feed-forward; a chunk keeps at most CHUNK_VALUES (48 MB) of them,
@@ -392,21 +498,25 @@ struct Accuracy {
     int exact_count = 0, total = 0;
 };
 
-// Greedy outputs for many examples, a chunk at a time (all of one target length).
-inline std::vector<std::vector<int>> greedy_decode_all(Transformer& model, const std::vector<Example>& examples) {
+// The outputs for many examples, a chunk at a time (all of one target length); a beam of K decodes K
+// sequences a source, so its chunks hold K times fewer sources.
+inline std::vector<std::vector<int>> decode_all(Transformer& model, const std::vector<Example>& examples,
+                                                const DecodeConfig& how = DecodeConfig()) {
     std::vector<std::vector<int>> guesses;
     if (examples.empty()) return guesses;
     const int T = int(examples[0].target.size());
-    for (std::size_t chunk = 0, n = chunk_size(model.config, T); chunk < examples.size(); chunk += n)
-        for (std::vector<int>& g : greedy_decode(model, inputs_of(examples, chunk, n).sources, T))
+    const std::size_t n = std::max<std::size_t>(1, chunk_size(model.config, T) / std::size_t(how.beam));
+    for (std::size_t chunk = 0; chunk < examples.size(); chunk += n)
+        for (std::vector<int>& g : decode_outputs(model, inputs_of(examples, chunk, n).sources, T, how))
             guesses.push_back(std::move(g));
     return guesses;
 }
 
-inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples) {
+inline Accuracy evaluate(Transformer& model, const std::vector<Example>& examples,
+                         const DecodeConfig& how = DecodeConfig()) {
     Accuracy a;
     long right_digits = 0, all_digits = 0;
-    std::vector<std::vector<int>> guesses = greedy_decode_all(model, examples);
+    std::vector<std::vector<int>> guesses = decode_all(model, examples, how);
     for (std::size_t k = 0; k < examples.size(); k++) {
         const Example& e = examples[k];
         a.exact_count += guesses[k] == e.target;

@@ -361,6 +361,27 @@ def greedy_decode(model, source, length):  # greedy_decode(): source (S ints) ->
         return decoded[1:]
 
 
+def beam_search(model, source, length, K, alpha):
+    """train.hpp's beam_search, written plainly: each step decodes every kept prefix afresh (no cache) and
+    keeps the K best candidates by log P / ((5 + length) / 6)^alpha, length counted up to the first PAD.
+    Returns [(tokens, log P)], best first. sorted() is stable: of equal scores the earlier candidate stays."""
+    with torch.no_grad():
+        src = torch.tensor([source])
+        memory = model.encode(src)
+        beams, start = [([], 0.0)], model.config.vocab - 1
+        for _ in range(length):
+            candidates = []
+            for tokens, log_prob in beams:
+                logits = model.decode(torch.tensor([[start] + tokens]), memory, src)[0, -1]  # (V,)
+                log_p = torch.log_softmax(logits, dim=-1)
+                L = tokens.index(PAD) + 1 if PAD in tokens else len(tokens) + 1
+                penalty = ((5.0 + L) / 6.0) ** alpha
+                candidates += [(tokens + [v], log_prob + float(log_p[v]), (log_prob + float(log_p[v])) / penalty)
+                               for v in range(len(log_p))]
+            beams = [(tokens, lp) for tokens, lp, _ in sorted(candidates, key=lambda c: -c[2])[:K]]
+        return beams
+
+
 # =============================================================================================
 # Reading sorter's files: checkpoints (workbench/checkpoint.hpp) and step dumps (--dump-step)
 # =============================================================================================
@@ -498,7 +519,8 @@ VARIANTS = [  # (name, sorter flags)
                   "--seq-len", "7", "--min-len", "3", "--max-digit", "5"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
-GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant
+GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam
+BEAM = ["--beam", "3", "--length-penalty", "0.6"]
 
 
 def run_sorter(args, cwd):
@@ -548,21 +570,26 @@ def random_sources(header, count, seed):
     return [[rng.randint(1, top) for _ in range(rng.randint(lo, hi))] for _ in range(count)]
 
 
-def greedy_agreement(after_path, after, cwd):
-    """Decode a few inputs here and with `sorter --load AFTER --sort ...`. Returns (agreeing, total)."""
+def decoding_agreement(after_path, after, cwd):
+    """Decode a few inputs here and with `sorter --load AFTER --sort ...`, greedily and with a beam of 3 (every
+    hypothesis, in order). Returns (agreeing, total) for each."""
     model = model_from_checkpoint(after)
     seq_len, vocab = int(after.header["seq_len"]), int(after.header["vocab"])
-    agree = 0
+    greedy = beam = 0
     inputs = random_sources(after.header, GREEDY_INPUTS, seed=2024)
     for digits in inputs:
+        source = digits + [PAD] * (seq_len - len(digits))
         printed = run_sorter(["--load", str(after_path), "--sort", *map(str, digits)], cwd)
         found = re.search(r"^output \[([^\]]*)\]", printed, re.M)  # "output [1, 1, 3, 5, 9]"
         if found is None:
             raise ValueError(f"no 'output [...]' line in sorter's answer to --sort {digits}")
-        theirs = found.group(1).split(", ")
-        ours = [token_label(t, vocab) for t in greedy_decode(model, digits + [PAD] * (seq_len - len(digits)), seq_len)]
-        agree += ours == theirs
-    return agree, len(inputs)
+        ours = [token_label(t, vocab) for t in greedy_decode(model, source, seq_len)]
+        greedy += ours == found.group(1).split(", ")
+        printed = run_sorter(["--load", str(after_path), *BEAM, "--sort", *map(str, digits)], cwd)
+        theirs = [line.split("]")[0][1:].split(", ") for line in re.findall(r"^  (\[[^\]]*\])  ", printed, re.M)]
+        ours = [[token_label(t, vocab) for t in tokens] for tokens, _ in beam_search(model, source, seq_len, 3, 0.6)]
+        beam += ours == theirs
+    return greedy, beam, len(inputs)
 
 
 def check_variant(flags, workdir):
@@ -570,7 +597,7 @@ def check_variant(flags, workdir):
     run_sorter([*flags, *STEP_FLAGS, "--dump-step", str(dump_path), "--save", str(after_path)], workdir)
     dump = parse_step_dump(dump_path.read_text())
     after = parse_checkpoint(after_path.read_text())
-    return (*replay_step(dump, after), *greedy_agreement(after_path, after, workdir))
+    return (*replay_step(dump, after), *decoding_agreement(after_path, after, workdir))
 
 
 def check():
@@ -579,20 +606,22 @@ def check():
         return 1
     print(f"torch_sorter.py --check: one training step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
-    print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when a greedy output differs\n")
-    print(f"{'variant':<28} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}")
+    print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
+          f"and beam 3's hypotheses)\n")
+    print(f"{'variant':<28} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")
     failed = 0
     for name, flags in VARIANTS:
         with tempfile.TemporaryDirectory(prefix="torch_sorter_") as workdir:
             try:
-                logit, loss, weight, agree, total = check_variant(flags, workdir)
+                logit, loss, weight, greedy, beam, total = check_variant(flags, workdir)
             except (RuntimeError, ValueError) as error:  # sorter failed, or wrote a file we cannot read
                 print(f"{name:<28} FAIL: {error}")
                 failed += 1
                 continue
-        ok = all(d <= TOLERANCE for d in (logit, loss, weight)) and agree == total  # False for nan
+        ok = all(d <= TOLERANCE for d in (logit, loss, weight)) and greedy == beam == total  # False for nan
         failed += not ok
-        print(f"{name:<28} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{agree}/{total}':>6}{'' if ok else '  FAIL'}")
+        print(f"{name:<28} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{greedy}/{total}':>6}  {f'{beam}/{total}':>4}"
+              f"{'' if ok else '  FAIL'}")
     print(f"\n{len(VARIANTS) - failed} of {len(VARIANTS)} variants agree" + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
 

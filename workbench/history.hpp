@@ -31,6 +31,7 @@ struct History {
     long recent_steps = 0;         // and how many
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
     long interrupted_at = 0;       // the step after which Ctrl-C stopped training, or 0
+    DecodeConfig decoding;         // how the watched inputs and every evaluation are decoded (--beam)
     // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
     std::vector<std::vector<double>> gradient_norms;
@@ -58,7 +59,7 @@ inline std::vector<Example> watched_examples(const Dataset& data) {
 inline void show_examples(const std::string& title, Transformer& model, History& history) {
     std::string lines;
     for (const Example& e : history.watched) {
-        std::vector<int> guess = greedy_decode(model, {e.source}, int(e.target.size()))[0];
+        std::vector<int> guess = decode_outputs(model, {e.source}, int(e.target.size()), history.decoding)[0];
         lines += fmt("  input %s   pred %s   true %s%s\n", digits_text(e.source, model.config).c_str(),
                      digits_text(guess, model.config).c_str(), digits_text(e.target, model.config).c_str(),
                      guess == e.target ? "   ok" : "");
@@ -84,6 +85,7 @@ inline void warn_if_evaluation_dominates(const Options& o, std::size_t held_out)
 inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last) {
     History history;
     history.first_step = first;
+    history.decoding = o.decode;
     history.watched = watched_examples(data);
     std::string steps = first == 1 ? fmt("steps %ld", last) : fmt("steps %ld to %ld", first, last);
     std::string& header = history.header;
@@ -94,6 +96,8 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     if (o.train.label_smoothing > 0)
         header += "label smoothing: the losses below are the plain cross-entropy; the gradient is the smoothed "
                   "loss's\n";
+    if (o.decode.beam > 1)
+        header += fmt("decoding: beam search, beam %d, length penalty %g\n", o.decode.beam, o.decode.length_penalty);
     if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
     std::printf("%s", header.c_str());
@@ -144,7 +148,7 @@ inline double plain_nan(double v) { return std::isnan(v) ? std::numeric_limits<d
 
 // One row of the table: the mean training loss since the last row, the held-out loss and accuracy.
 inline void print_evaluation(Transformer& model, const Dataset& data, long step, History& history) {
-    Accuracy a = evaluate(model, data.held_out);
+    Accuracy a = evaluate(model, data.held_out, history.decoding);
     double held_out_loss = teacher_forced_loss(model, data.held_out);
     double recent = history.recent_loss / double(history.recent_steps);
     history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
@@ -177,7 +181,7 @@ inline void end_run(Transformer& model, const Dataset& data, History& history, d
         loss_text = fmt("loss %.4f (mean of the last %zu steps)",
                         plain_nan(std::accumulate(history.losses.end() - window, history.losses.end(), 0.0) /
                                   double(window)), window);
-    Accuracy a = evaluate(model, data.held_out);
+    Accuracy a = evaluate(model, data.held_out, history.decoding);
     show_examples("after training", model, history);
     history.final_line = fmt("final: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n",
                              100 * a.exact, a.exact_count, a.total, 100 * a.token, loss_text.c_str(), train_seconds);

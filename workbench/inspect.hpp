@@ -207,7 +207,7 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
     }
     return inputs;
 }
-inline void length_report(Transformer& model, const Dataset& data, int test_len) {
+inline void length_report(Transformer& model, const Dataset& data, int test_len, const DecodeConfig& how) {
     const DataConfig& trained = data.config;
     std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,
                 trained.seq_len);
@@ -222,7 +222,7 @@ inline void length_report(Transformer& model, const Dataset& data, int test_len)
             for (const std::vector<int>& digits : distinct_inputs(d, 200, HELD_OUT_SEED + uint64_t(len)))
                 tests.push_back(make_example(digits, len < trained.seq_len ? trained : d));
         }
-        Accuracy a = evaluate(model, tests);
+        Accuracy a = evaluate(model, tests, how);
         std::string score = a.total ? fmt("%5.1f%% (%d/%d)", 100 * a.exact, a.exact_count, a.total)
                                     : "  n/a (no input of this length is held out: training may draw them all)";
         std::printf("  length %2d: %s%s\n", len, score.c_str(),

@@ -38,7 +38,7 @@ TEST_CASE("inspect: the pointer check counts every emitted digit once") {
     Transformer model(small_model(d), 8);
     Dataset data(d, {}, 40, 5);
     long digits = 0;
-    for (const std::vector<int>& out : greedy_decode_all(model, data.held_out))
+    for (const std::vector<int>& out : decode_all(model, data.held_out))
         for (int t : out) digits += t != PAD && t != start_token(model.config.vocab);
     std::vector<long> hits;
     CHECK(pointer_hits(model, data.held_out, hits) == digits);
@@ -70,7 +70,7 @@ TEST_CASE("--test-len and --inspect: n/a where nothing was scored") {
     Transformer model(c, 1);
     Dataset data(d);
     std::string text = printed_by([&] {
-        length_report(model, data, 3);
+        length_report(model, data, 3, DecodeConfig());
         inspect(model, {});
     });
     INFO(text);

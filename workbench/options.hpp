@@ -23,12 +23,15 @@ constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
 constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
+constexpr long MAX_BEAM = 64;
+constexpr double MAX_LENGTH_PENALTY = 5.0;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {
     ModelConfig model;
     DataConfig data;
     TrainConfig train;   // a checkpoint keeps all of it but the steps, so that --load FILE --steps N goes on
+    DecodeConfig decode;  // how evaluation and --sort decode: a choice of each run, not kept in the checkpoint
     int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
     uint64_t seed = 1;
     long eval_every = 500;
@@ -91,6 +94,7 @@ template <typename O, typename T> auto& member(O& o, T Options::*m) { return o.*
 template <typename O, typename T> auto& member(O& o, T ModelConfig::*m) { return o.model.*m; }
 template <typename O, typename T> auto& member(O& o, T DataConfig::*m) { return o.data.*m; }
 template <typename O, typename T> auto& member(O& o, T TrainConfig::*m) { return o.train.*m; }
+template <typename O, typename T> auto& member(O& o, T DecodeConfig::*m) { return o.decode.*m; }
 
 // Row builders, one for each kind of flag; the help text gets the default from DEFAULTS.
 template <typename Member>
@@ -125,6 +129,7 @@ Flag path_flag(const std::string& name, const std::string& value, const std::str
 }
 inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the groups of --help
     using O = Options; using M = ModelConfig; using D = DataConfig; using R = TrainConfig;  // short: rows fit
+    using B = DecodeConfig;
     static const std::vector<FlagGroup> table = {
         {"Model", "./sorter --d-model 32 --heads 4 --d-ff 64 --enc-layers 2 --dec-layers 2", false, {
             whole_flag("--d-model", "width of every token vector", 1, MAX_D_MODEL, true, &M::d_model),
@@ -193,6 +198,13 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &R::clip),
             number_flag("--weight-decay", "shrink every matrix by 1 - lr X a step (decoupled, as AdamW), biases and "
                         "LayerNorm spared", 0, MAX_WEIGHT_DECAY, true, &R::weight_decay)}},
+        {"Decoding (evaluation and --sort; with --load too)", "./sorter --load model.txt --beam 4 --sort 5 3 9 1 1",
+         false, {
+            whole_flag("--beam", "beam search keeping the K best outputs of each input (K = N); 1 is greedy "
+                       "decoding; --sort prints all K with their log-probabilities", 1, MAX_BEAM, false, &B::beam),
+            number_flag("--length-penalty", "beam search ranks log P / ((5 + length) / 6)^X, length counted up to "
+                        "the first PAD (GNMT's penalty, the paper's 0.6)", 0, MAX_LENGTH_PENALTY, false,
+                        &B::length_penalty)}},
         {"Seeing inside", "./sorter --steps 1500 --show-attention --svg /tmp", false, {
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
                         "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
@@ -305,6 +317,11 @@ inline Options parse_options(int argc, char** argv) {
             if (f->fixed_by_checkpoint && f->name != "--train-data")  // that one the checkpoint checks instead
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
+    if (was_given("--length-penalty") && o.decode.beam == 1)
+        fail("--length-penalty ranks the hypotheses of beam search; add --beam K with K above 1");
+    if (o.inspect && o.decode.beam > 1)
+        fail("--inspect measures greedy decoding step by step; it cannot be combined with --beam " +
+             std::to_string(o.decode.beam));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input

@@ -125,6 +125,21 @@ TEST_CASE("regularisers: flags") {
     CHECK(contains(parse_error({"--load", "m.txt", "--clip", "1"}), "--clip cannot be combined with --load"));
 }
 
+// Decoding's flags: a beam from 1 to 64; its length penalty only with a beam; --inspect (greedy, step by step)
+// refuses a beam. Neither is fixed by a checkpoint.
+TEST_CASE("decoding: flags") {
+    Options o;
+    CHECK(parse_error({"--beam", "4", "--length-penalty", "1"}, &o).empty());
+    CHECK((o.decode.beam == 4 && o.decode.length_penalty == 1.0));
+    CHECK(parse_error({"--beam", "0"}) == "--beam 0: expected a whole number from 1 to 64");
+    CHECK(parse_error({"--length-penalty", "1"}) ==
+          "--length-penalty ranks the hypotheses of beam search; add --beam K with K above 1");
+    CHECK(parse_error({"--beam", "2", "--inspect"}) ==
+          "--inspect measures greedy decoding step by step; it cannot be combined with --beam 2");
+    CHECK(parse_error({"--load", "m.txt", "--beam", "4"}).empty());
+    CHECK(variant_text(o).empty());
+}
+
 TEST_CASE("optimizers: flags") {
     Options o;
     CHECK(parse_error({"--optimizer", "adam"}, &o).empty());

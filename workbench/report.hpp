@@ -42,9 +42,24 @@ const char* const REPORT_SCRIPT = R"(<script>//<![CDATA[
 // output tokens; each cross-attention head's row t says where in the source it looked, and the
 // softmax of the logits' row t gives the next token's probabilities. One teacher-forced pass over
 // the output gives every step at once, the same bits as the decoding steps (a test checks that). The page
-// numbers the steps from 1: row t is step t + 1.
-inline std::string replay_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output) {
+// numbers the steps from 1: row t is step t + 1. With a beam, each step also lists the hypotheses beam search
+// keeps after it (a search stopped after t + 1 steps keeps exactly those: later steps change nothing before).
+inline std::string beams_html(Transformer& model, const std::vector<int>& source, int steps, const DecodeConfig& how) {
+    std::string rows;
+    std::vector<std::vector<Hypothesis>> found = beam_search(model, {source}, steps, how.beam, how.length_penalty);
+    for (const Hypothesis& h : found[0])
+        rows += fmt("<tr><td>%s</td><td>%s</td><td>%s</td></tr>", svg_escape(join(token_names(h.tokens, model.config),
+                                                                                   " ")).c_str(),
+                    number_text(h.log_prob).c_str(),
+                    number_text(beam_score(h.log_prob, output_length(h.tokens), how.length_penalty)).c_str());
+    return fmt("<div>beam search (beam %d, length penalty %g) keeps:<table class=\"top\"><tr><th>output so far"
+               "</th><th>log P</th><th>score</th></tr>", how.beam, how.length_penalty) + rows + "</table></div>";
+}
+inline std::string replay_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output,
+                               const DecodeConfig& how) {
     const ModelConfig& c = model.config;
+    std::vector<std::string> beams;  // first: beam search overwrites the maps the forward pass below leaves
+    for (int t = 0; t < int(output.size()) && how.beam > 1; t++) beams.push_back(beams_html(model, source, t + 1, how));
     std::vector<int> dec_in = shifted_right(output, c.vocab);
     Matrix probs = softmax_rows(model.forward({source}, {dec_in}));  // (T, V)
     std::vector<AttentionLayer> cross;
@@ -86,7 +101,8 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
                              hm.draw(0, 0, "", cross_rows, head_labels, src, 1.0, false, true)) +
                 "</div><div>the three likeliest next tokens:<table class=\"top\">"
                 "<tr><th>token</th><th>probability</th></tr>" +
-                top3 + "</table></div></div></div>\n";
+                top3 + "</table></div>" + (how.beam > 1 ? beams[t] : "") +
+                "</div></div>\n";
     }
     return html;
 }
@@ -95,11 +111,11 @@ inline std::string html_escape(const std::string& s) { return svg_escape(s); }  
 
 // The held-out sequences the model gets wrong: how many, and the first MOST_MISTAKES of them.
 constexpr long MOST_MISTAKES = 20;
-inline std::string mistakes_html(Transformer& model, const std::vector<Example>& held_out) {
+inline std::string mistakes_html(Transformer& model, const std::vector<Example>& held_out, const DecodeConfig& how) {
     const ModelConfig& c = model.config;
     std::vector<std::string> wrong;
     long wrong_count = 0;
-    std::vector<std::vector<int>> guesses = greedy_decode_all(model, held_out);
+    std::vector<std::vector<int>> guesses = decode_all(model, held_out, how);
     for (std::size_t k = 0; k < held_out.size(); k++) {
         const Example& e = held_out[k];
         if (guesses[k] == e.target) continue;
@@ -121,7 +137,7 @@ inline std::string mistakes_html(Transformer& model, const std::vector<Example>&
 inline std::string report_html(Transformer& model, const History& h, const std::vector<int>& source,
                                const std::vector<Example>& held_out) {
     const ModelConfig& c = model.config;
-    std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
+    std::vector<int> output = decode_outputs(model, {source}, int(source.size()), h.decoding)[0];
     std::string page = std::string("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n"
                                    "<head>\n<meta charset=\"utf-8\"/>\n<title>sorter: a report of one run</title>\n") +
                        REPORT_STYLE + "</head>\n<body>\n<h1>sorter: a report of one run</h1>\n"
@@ -150,14 +166,14 @@ inline std::string report_html(Transformer& model, const History& h, const std::
             "</section>\n";
     page += "<section id=\"replay\"><h2>Decoding, step by step</h2>\n<p class=\"controls\"><button id=\"previous\" "
             "type=\"button\">previous</button><button id=\"next\" type=\"button\">next</button><button id=\"all\" "
-            "type=\"button\">all steps</button> <span id=\"shown\"></span></p>\n" + replay_html(model, source, output) +
+            "type=\"button\">all steps</button> <span id=\"shown\"></span></p>\n" + replay_html(model, source, output, h.decoding) +
             "</section>\n";
     page += "<section id=\"positions\"><h2>The positional encoding</h2>\n";
     if (const Matrix* table = model.embed.position_table())
         page += positions_svg(*table, POSITION_NAMES[int(c.positions)]);
     else
         page += "<p>--pos none: the model adds no positions.</p>\n";
-    page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out);
+    page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out, h.decoding);
     page += std::string("</section>\n") + REPORT_SCRIPT + "</body>\n</html>\n";
     return page;
 }

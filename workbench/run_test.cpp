@@ -327,3 +327,40 @@ TEST_CASE("run(): with --train-data, --inspect scores the run's own held-out set
     CHECK(contains(text, "/11), token-accuracy"));  // training held out 11 inputs
     CHECK(final_score == inspect_score);
 }
+
+// The paper's extras in whole runs. A beam: the header says so, --sort prints the K hypotheses (the first is
+// the output line's), the report's replay lists the beams; a loaded model takes --beam (a choice of each run,
+// not of the checkpoint). The regularisers: on the variant line and in a version 3 checkpoint that --load
+// reads back; the same seed gives the same file.
+TEST_CASE("run(): beam search, and the regularisers, in whole runs") {
+    TempDir dir("run-extras");
+    std::string trained = run_output({"--steps", "150", "--beam", "3", "--sort", "5", "3", "9", "1", "1", "--report",
+                                      dir.file("r.html"), "--save", dir.file("m.txt")});
+    CHECK(contains(trained, "decoding: beam search, beam 3, length penalty 0.6\n"));
+    std::string output = trained.substr(trained.find("output [") + 7, 15);
+    std::string hypotheses = trained.substr(trained.find("the hypotheses, best score first\n"));
+    hypotheses = hypotheses.substr(0, hypotheses.find("saved"));
+    CHECK(std::count(hypotheses.begin(), hypotheses.end(), '\n') == 4);  // the title and 3 hypotheses
+    CHECK(hypotheses.find("\n  " + output) != std::string::npos);
+    CHECK(contains(read_all(dir.file("r.html")), "beam search (beam 3, length penalty 0.6) keeps:"));
+    std::string loaded = run_output({"--load", dir.file("m.txt"), "--beam", "2", "--length-penalty", "0", "--sort",
+                                     "5", "3", "9", "1", "1"});
+    CHECK(contains(loaded, "beam search, beam 2, length penalty 0: the hypotheses, best score first\n"));
+    CHECK(read_all(dir.file("m.txt")).rfind("sorter-checkpoint 2\n", 0) == 0);  // a beam is not kept
+
+    std::vector<std::string> regularised = {"--steps", "40", "--dropout", "0.1", "--attn-dropout", "0.1",
+                                            "--label-smoothing", "0.1", "--tie-embeddings", "--clip", "1",
+                                            "--weight-decay", "0.1", "--save"};
+    std::vector<std::string> once = regularised, twice = regularised;
+    once.push_back(dir.file("a.txt")), twice.push_back(dir.file("b.txt"));
+    std::string printed = run_output(once);
+    CHECK(contains(printed, "variant: --tie-embeddings --dropout 0.1 --attn-dropout 0.1 --label-smoothing 0.1 "
+                            "--clip 1 --weight-decay 0.1\n"));
+    CHECK(contains(printed, "label smoothing: the losses below are the plain cross-entropy"));
+    run_output(twice);
+    CHECK(read_all(dir.file("a.txt")) == read_all(dir.file("b.txt")));
+    CHECK(read_all(dir.file("a.txt")).rfind("sorter-checkpoint 3\n", 0) == 0);
+    std::string again = run_output({"--load", dir.file("a.txt"), "--steps", "5"});
+    CHECK(contains(again, "variant: --tie-embeddings --dropout 0.1"));
+    CHECK(contains(run_error({"--load", dir.file("a.txt"), "--dropout", "0.2"}), "--dropout cannot be combined"));
+}

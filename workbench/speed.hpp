@@ -48,9 +48,10 @@ inline void run_speed(const Options& o) {  // --speed: two lines for make compar
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
     Transformer model(o.model, o.seed);
     auto t0 = Clock::now();
-    evaluate(model, data.held_out);
-    std::printf("sorter --speed: one held-out evaluation (%zu sequences, greedy) in %.2f s\n", data.held_out.size(),
-                seconds_since(t0));
+    evaluate(model, data.held_out, o.decode);
+    std::string how = o.decode.beam == 1 ? "greedy" : fmt("beam %d", o.decode.beam);
+    std::printf("sorter --speed: one held-out evaluation (%zu sequences, %s) in %.3f s\n", data.held_out.size(),
+                how.c_str(), seconds_since(t0));
 }
 #ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
 #define SORTER_CXXFLAGS "(not recorded)"

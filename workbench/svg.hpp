@@ -287,9 +287,9 @@ inline void write_svg(const std::string& dir, const std::string& name, const std
 
 // Every picture that applies: one example's attention, the position table, the training curves.
 inline void write_pictures(const std::string& dir, Transformer& model, const std::vector<int>& source,
-                           const History* history) {
+                           const History* history, const DecodeConfig& how) {
     const ModelConfig& c = model.config;
-    std::vector<int> output = greedy_decode(model, {source}, int(source.size()))[0];
+    std::vector<int> output = decode_outputs(model, {source}, int(source.size()), how)[0];
     std::string caption = "Attention maps: input " + digits_text(source, c) + ", output " + digits_text(output, c);
     write_svg(dir, ATTENTION_SVG,
               attention_svg(attention_maps(model, source, output), c.n_heads, caption));

@@ -13,7 +13,7 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     for (int s = 1; s <= 30; s++) h.losses.push_back(2.0 / s);
     h.evals = {{10, 0.5, 0.2, 0.6, 0.4}, {20, 0.1, 0.7, 0.9, 0.2}, {30, 0.05, 1.0, 1.0, 0.1}};
     TempDir dir("svg");
-    write_pictures(dir.path.string(), model, make_example({5, 3, 9, 1, 1}, d).source, &h);
+    write_pictures(dir.path.string(), model, make_example({5, 3, 9, 1, 1}, d).source, &h, DecodeConfig());
     CHECK(dir.listing() == std::vector<std::string>{"attention.svg", "pe.svg", "training.svg"});
     for (const std::string& name : dir.listing()) {
         std::string svg = read_all(dir.file(name));
