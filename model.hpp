@@ -86,14 +86,12 @@ struct Linear {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Dropout, inverted as PyTorch's: in training, each entry is zeroed with chance p and the others are scaled by
-// 1 / (1 - p), so every entry keeps its expected value and evaluation passes x through untouched. keep (n, d)
-// saves each entry's factor, 0 or 1 / (1 - p), for backward. Off (draws is nullptr, as outside training, or
-// p is 0): keep is left empty and x comes back as it was. The model's draws are its own stream (Transformer).
+// Dropout, inverted as PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
+// 1 / (1 - p), so every entry keeps its expected value and evaluation needs nothing. keep (n, d) saves each
+// factor for backward; off (draws nullptr, as outside training, or p 0), keep is empty and x comes back.
 inline Matrix dropout(Matrix x, double p, Rng* draws, Matrix& keep) {
-    keep = Matrix();
-    if (!draws || p == 0.0) return x;
-    keep = Matrix(x.rows, x.cols);
+    keep = draws && p > 0.0 ? Matrix(x.rows, x.cols) : Matrix();
+    if (keep.empty()) return x;
     for (std::size_t i = 0; i < x.data.size(); i++) {
         keep.data[i] = draws->uniform() < p ? 0.0 : 1.0 / (1.0 - p);
         x.data[i] *= keep.data[i];
@@ -622,9 +620,8 @@ struct Transformer {
             y = block.forward(y, memory, causal, memory_mask, n_seq, next_row, dropout_stream());
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
-    // The output projection: logits = h W + b, h (n_seq T, d_model). With tie_embeddings (the paper's section
-    // 3.4) W is the embedding table transposed, logits = h table^T + b: one matrix reads a token in and scores
-    // it out, and the table's gradient sums three uses, the source's, the target's and this one.
+    // The output projection: logits = h W + b, h (n_seq T, d_model); with tie_embeddings (the paper, 3.4) W is
+    // the embedding table transposed: one matrix reads a token in and scores it out, its gradient three uses'.
     Matrix output(const Matrix& h) {
         if (!config.tie_embeddings) return out.forward(h);
         out.x = h;  // saved for output_backward, as Linear::forward saves it
@@ -634,8 +631,7 @@ struct Transformer {
         if (!config.tie_embeddings) return out.backward(d_logits);
         add_row_backward(d_logits, out.b.grad);  // forward: + b
         Matrix dh(out.x.rows, out.x.cols);
-        // forward: h table^T, so dh += d_logits table and table.grad += d_logits^T h: the output's use, added to
-        // what the embedding's two uses add in backward() below
+        // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
         matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
         return dh;
     }

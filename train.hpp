@@ -7,8 +7,8 @@
 //
 // Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
 // schedules (skip momentum, Adam and warm-up on a first reading); a training step and the training
-// loop's step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target and source lengths (both seq_len),
-// vocab, and n_seq the sequences of a mini-batch, stacked as rows (matrix.hpp).
+// loop's step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target
+// and source lengths (both seq_len), vocab, and n_seq the sequences of a mini-batch, stacked as rows.
 #pragma once
 
 #include <algorithm>
@@ -49,17 +49,10 @@ struct TrainConfig {
     OptimizerKind optimizer = OptimizerKind::sgd;
     Schedule schedule = Schedule::linear;
     long warmup = 1000;  // steps of Schedule::warmup's rise
-    // Regularisers, each off at 0 (the default path never meets them): the paper's label smoothing (it
-    // uses 0.1), and minGPT's and nanoGPT's clipping and weight decay. Each is written out where it acts.
+    // Regularisers, each off at 0: the paper's label smoothing (0.1 there), minGPT's and nanoGPT's the others.
     double label_smoothing = 0.0;  // E: cross_entropy's target row is (1 - E) one_hot + E / vocab
     double clip = 0.0;             // the gradients' global norm is scaled down to at most this (Optimizer)
     double weight_decay = 0.0;     // every matrix shrinks by the factor 1 - lr weight_decay a step (Optimizer)
-};
-
-// How outputs are decoded (inference only): greedy, or beam search over the K best outputs (below).
-struct DecodeConfig {
-    int beam = 1;                 // K; 1 is greedy decoding
-    double length_penalty = 0.6;  // alpha of GNMT's ((5 + length) / 6)^alpha, the paper's 0.6 (beam search only)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -227,12 +220,6 @@ inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table
     std::string last = name.substr(name.rfind('.') + 1);
     return last[0] == 'W' || last == "table" || last == "positions";
 }
-inline double global_norm(const ParamList& params) {  // sqrt(sum of g^2 over every entry of every gradient)
-    double sum = 0.0;
-    for (auto& [name, p] : params)
-        for (double g : p->grad.data) sum += g * g;
-    return std::sqrt(sum);
-}
 struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
     OptimizerKind kind = OptimizerKind::sgd;
@@ -245,10 +232,13 @@ struct Optimizer {
 
     void update(Transformer& model, double lr) {
         ParamList params = model.parameters();
-        const double shrink = clip > 0 ? clip / (global_norm(params) + 1e-6) : 1.0;
-        if (shrink < 1.0)
+        if (clip > 0) {  // clipping: norm = sqrt(sum of g^2 over every entry of every gradient)
+            double sum = 0.0;
             for (auto& [name, p] : params)
-                for (double& g : p->grad.data) g *= shrink;
+                for (double g : p->grad.data) sum += g * g;
+            for (auto& [name, p] : params)
+                for (double& g : p->grad.data) g *= std::min(1.0, clip / (std::sqrt(sum) + 1e-6));
+        }
         if (m.empty() && kind != OptimizerKind::sgd)  // the first update: the running means start at zero
             for (auto& [name, p] : params) {
                 m.emplace_back(p->value.rows, p->value.cols);
@@ -362,16 +352,16 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
 }
 
 // ---------------------------------------------------------------------------------------------
-// Beam search (inference only): keep the K most likely outputs so far of each source, not only the one
-// best, so that a first token that looks worse can still win with what follows. Each step extends every
-// kept output (a hypothesis) by every token, scores the K x vocab candidates, and keeps the K best.
-//   log_prob   log P(tokens | source) = the sum of each chosen token's log-softmax
-//   score      log_prob / ((5 + length) / 6)^alpha (GNMT's length penalty): a longer output has summed
-//              more negative terms, and the penalty makes up for that. length counts the tokens up to
-//              the first PAD, which ends the output (PAD included), or all of them.
-// Every candidate of one hypothesis has the same length so far, so with K = 1 the best candidate is the
-// largest logit: greedy decoding's choice. Each source starts with one hypothesis, START alone, and keeps
-// min(K, its candidates) at each step; its hypotheses sit side by side in the decoder's stack of sequences.
+// Beam search (inference only): keep the K likeliest outputs so far of each source (hypotheses), so that a
+// first token that looks worse can still win with what follows. Each step extends every hypothesis by every
+// token and keeps the K best candidates by score = log_prob / ((5 + length) / 6)^alpha, log_prob the sum of
+// the chosen tokens' log-softmax and the divisor GNMT's length penalty (a longer output sums more negative
+// terms); length counts up to the first PAD, which ends the output, or all tokens. A hypothesis's
+// candidates share one length, so with K = 1 the best is the largest logit: greedy decoding's choice.
+struct DecodeConfig {
+    int beam = 1;                 // K; 1 is greedy decoding
+    double length_penalty = 0.6;  // alpha; the paper's 0.6
+};
 struct Hypothesis {
     std::vector<int> tokens;  // (up to T) the output so far
     double log_prob = 0.0;
@@ -401,12 +391,13 @@ inline void follow_parents(Transformer& model, Transformer::Batch& sources, cons
 }
 
 // Each source's hypotheses after `length` steps, best score first: K of them, or all vocab^length if fewer.
+// A source starts with one, START alone; its `live` hypotheses sit side by side in the decoder's stack.
 inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, const Transformer::Batch& sources,
                                                         int length, int K, double alpha) {
     const int n = int(sources.size()), vocab = model.config.vocab;
     Matrix memory = model.encode(sources);  // (n S, d_model), once; from step 1 on the decoder reads what it kept
     Transformer::Batch srcs = sources, newest(n, {start_token(vocab)});  // each sequence's source and last token
-    std::vector<Hypothesis> beams(n);  // source e's `live` hypotheses are beams[e live .. (e + 1) live - 1]
+    std::vector<Hypothesis> beams(n);  // source e's hypotheses: beams[e live .. (e + 1) live - 1]
     int live = 1;
     for (int step = 0; step < length; step++) {
         Matrix logits = model.decode(newest, memory, srcs, step);  // (n live, vocab): the newest rows only
@@ -421,9 +412,7 @@ inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, cons
                 for (int v = 1; v < vocab; v++) max = std::max(max, logits.at(i, v));
                 for (int v = 0; v < vocab; v++) sum += std::exp(logits.at(i, v) - max);
                 const double log_sum = std::log(sum);
-                // Every candidate of hypothesis i has one length: its tokens and the new one, or, once a PAD
-                // has ended the output, the length up to that PAD. So one penalty divides them all.
-                const std::vector<int>& tokens = beams[i].tokens;
+                const std::vector<int>& tokens = beams[i].tokens;  // its candidates' length: one more, or ended
                 bool ended = std::find(tokens.begin(), tokens.end(), PAD) != tokens.end();
                 const double penalty = length_penalty(ended ? output_length(tokens) : int(tokens.size()) + 1, alpha);
                 for (int v = 0; v < vocab; v++) {
