@@ -163,6 +163,7 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
     }
     if (o.show_attention) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
+        if (!weights_note(c).empty()) std::printf("%s\n", weights_note(c).c_str());
         print_attention(attention_maps(model, example.source, guess), o.numbers);
     }
     if (o.inspect) inspect(model, data.held_out);

@@ -173,6 +173,7 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
     }
     std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
                 100 * evaluate(model, held_out).exact);
+    if (!weights_note(model.config).empty()) std::printf("%s\n", weights_note(model.config).c_str());
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++)
             std::printf("  %-36s head %d off: %5.1f%%\n", l.name.c_str(), h,

@@ -161,7 +161,8 @@ inline std::string report_html(Transformer& model, const History& h, const std::
                 "(a model loaded with --load): no curves.</p></section>\n";
     std::string example = "input " + digits_text(source, c) + ", output " + digits_text(output, c);
     page += "<section id=\"attention\"><h2>Attention</h2>\n<p>Every head of every layer for " + html_escape(example) +
-            ". Hold the pointer on a cell to read its weight.</p>\n" +
+            ". Hold the pointer on a cell to read its weight." +
+            (weights_note(c).empty() ? "" : " " + html_escape(weights_note(c)) + ".") + "</p>\n" +
             attention_svg(attention_maps(model, source, output), c.n_heads, "Attention maps: " + example) +
             "</section>\n";
     page += "<section id=\"replay\"><h2>Decoding, step by step</h2>\n<p class=\"controls\"><button id=\"previous\" "

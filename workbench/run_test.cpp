@@ -363,4 +363,6 @@ TEST_CASE("run(): beam search, and the regularisers, in whole runs") {
     std::string again = run_output({"--load", dir.file("a.txt"), "--steps", "5"});
     CHECK(contains(again, "variant: --tie-embeddings --dropout 0.1"));
     CHECK(contains(run_error({"--load", dir.file("a.txt"), "--dropout", "0.2"}), "--dropout cannot be combined"));
+    std::string maps = run_output({"--load", dir.file("a.txt"), "--show-attention", "--sort", "3", "1", "2", "2", "1"});
+    CHECK(contains(maps, "attention dropout (0.1) acts in training only: these are the weights before it"));
 }

@@ -80,6 +80,11 @@ inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     }
     return layers;
 }
+// Attention dropout acts in training only; every map and score is of a pass outside training. Said where they show.
+inline std::string weights_note(const ModelConfig& c) {
+    return c.attn_dropout > 0 ? fmt("attention dropout (%g) acts in training only: these are the weights before it, "
+                                    "as decoding uses them", c.attn_dropout) : "";
+}
 // Run one forward pass and collect every head's map from the caches it saved. The decoder reads START
 // and the output so far (teacher forcing over `output`).
 inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::vector<int>& source,
