@@ -1381,16 +1381,18 @@ TEST_CASE("beam search: the length penalty by hand, and a beam of 1 is greedy de
 // With a beam as wide as the number of possible outputs (vocab 4, length 3: 64), beam search keeps them all,
 // and its best is the best of an exhaustive search: every output scored by one teacher-forced pass (log P is
 // the sum over positions of the chosen token's log-softmax), with the same length penalty. The log P that
-// beam search added up step by step, through its reordered cache, agrees with the teacher-forced one.
+// beam search added up step by step, through its reordered cache, agrees with the teacher-forced one. On
+// this model the penalty decides: alpha 0 keeps an output that ends after one digit, alpha 2 a longer one.
 TEST_CASE("beam search: as wide as every possible output, it finds the exhaustive search's best") {
     DataConfig d;
     d.max_digit = 2, d.seq_len = 3, d.min_len = 1;
     ModelConfig c = fit_to_data(ModelConfig(), d);
     c.d_model = 8;
-    Transformer model(c, 17);
-    Rng rng(18);
+    Transformer model(c, 21);
+    Rng rng(22);
     jitter(model.parameters(), rng, 0.5);  // a model with opinions: far from uniform log-probabilities
     const std::vector<int> source = {2, 1, PAD};
+    std::vector<std::vector<int>> best_of;  // the best output at each alpha: the penalty changes it
     for (double alpha : {0.0, 0.6, 2.0}) {
         std::vector<Hypothesis> found = beam_search(model, {source}, 3, 64, alpha)[0];
         REQUIRE(found.size() == 64u);
@@ -1417,5 +1419,8 @@ TEST_CASE("beam search: as wide as every possible output, it finds the exhaustiv
         CHECK(outputs.size() == 64u);
         CHECK(found[0].tokens == best_tokens);
         CHECK(beam_score(found[0].log_prob, output_length(found[0].tokens), alpha) == doctest::Approx(best));
+        best_of.push_back(found[0].tokens);
     }
+    CHECK(best_of[0] == std::vector<int>{2, PAD, PAD});  // ended after one digit: length 2
+    CHECK(best_of[2] == std::vector<int>{2, 2, PAD});    // alpha 2 favours the longer output
 }

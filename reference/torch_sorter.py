@@ -3,7 +3,7 @@
 
 The same function as model.hpp and train.hpp, written a second time with PyTorch so that
 autograd, not our hand-written backward, computes the gradients. If both agree to about
-1e-15 on logits, loss and the weights after one SGD step, the C++ backward is right.
+1e-15 on logits, loss and the weights after one training step, the C++ backward is right.
 
 Read it beside model.hpp: every class below mirrors one C++ struct and keeps its name. The
 twin works on a whole batch at once, so most tensors carry a leading batch axis B.

@@ -184,8 +184,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
              "step h (no training)", false,
              [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
-        {"Regularisation (each 0, off, by default)", "./sorter --train-data small.txt --dropout 0.1 "
-         "--label-smoothing 0.1 --weight-decay 0.1", true, {
+        {"Regularisation (each 0, off, by default)", "./sorter --train-data docs/train-200.txt --dropout 0.1 "
+         "--weight-decay 0.003", true, {
             number_flag("--dropout", "in training, zero each entry of the embeddings and of every sublayer's output "
                         "with chance X, scaling the rest by 1 / (1 - X) (the paper: 0.1)", 0, MAX_FRACTION, true,
                         &M::dropout),
@@ -197,11 +197,13 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             number_flag("--clip", "scale the gradients down when their global norm is above X", 0, MAX_CLIP, true,
                         &R::clip),
             number_flag("--weight-decay", "shrink every matrix by 1 - lr X a step (decoupled, as AdamW), biases and "
-                        "LayerNorm spared", 0, MAX_WEIGHT_DECAY, true, &R::weight_decay)}},
+                        "LayerNorm spared; keep lr X small: with SGD's lr 0.2, 0.003", 0, MAX_WEIGHT_DECAY, true,
+                        &R::weight_decay)}},
         {"Decoding (evaluation and --sort; with --load too)", "./sorter --load model.txt --beam 4 --sort 5 3 9 1 1",
          false, {
-            whole_flag("--beam", "beam search keeping the K best outputs of each input (K = N); 1 is greedy "
-                       "decoding; --sort prints all K with their log-probabilities", 1, MAX_BEAM, false, &B::beam),
+            whole_flag("--beam", "beam search: keep the N likeliest outputs of each input at every step; 1 is "
+                       "greedy decoding; --sort prints all N with their log-probabilities", 1, MAX_BEAM, false,
+                       &B::beam),
             number_flag("--length-penalty", "beam search ranks log P / ((5 + length) / 6)^X, length counted up to "
                         "the first PAD (GNMT's penalty, the paper's 0.6)", 0, MAX_LENGTH_PENALTY, false,
                         &B::length_penalty)}},
