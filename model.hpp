@@ -16,7 +16,8 @@
 // variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
 // output projection. Token ids: PAD = 0, digits 1..max_digit, START = vocab - 1 (train.hpp says how
 // the task uses them). The exercise switches (post-norm, learned or no positions, GELU, no
-// embedding scale) each change one place: Sublayer, Embedding, FeedForward.
+// embedding scale) each change one place: Sublayer, Embedding, FeedForward; so do the paper's extras,
+// all off by default: dropout (in training only), and tied embeddings (Transformer::output).
 #pragma once
 
 #include <string>
