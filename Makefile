@@ -75,7 +75,7 @@ gradcheck-tests: tests.cpp $(HEADERS) Makefile doctest-main.o
 # checks (about half the work) in the background, their table printed after the others'.
 # (doctest splits a filter at commas, so ? stands for the comma in the test names.)
 GRADCHECK_HALF := gradient: whole model? 2*,gradient: whole model? default*,gradient: whole model? Norm*,$\
-                  gradient: whole model? Positions::learned*
+                  gradient: whole model? Positions::learned*,gradient: whole model? tied*
 gradcheck: gradcheck-tests
 	@echo "gradient check: every entry of every tensor against central differences (h = 3e-5); a row is wrong above 1e-6"
 	@./gradcheck-tests -tc="$(GRADCHECK_HALF)" > gradcheck-half.log 2>&1 & half=$$!; \
