@@ -222,6 +222,8 @@ inline int run(Options o) {
         check_held_out(o, data);
         history = train_run(o, data, model, saved);
     } else if (!sort_asked || !o.report_path.empty()) {
+        loaded += decoding_text(o.decode);  // (a run that trains says it in its header)
+        std::printf("%s", decoding_text(o.decode).c_str());
         score_loaded(model, data, history, !sort_asked);
     }
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too

@@ -96,8 +96,7 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     if (o.train.label_smoothing > 0)
         header += "label smoothing: the losses below are the plain cross-entropy; the gradient is the smoothed "
                   "loss's\n";
-    if (o.decode.beam > 1)
-        header += fmt("decoding: beam search, beam %d, length penalty %g\n", o.decode.beam, o.decode.length_penalty);
+    header += decoding_text(o.decode);
     if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
     std::printf("%s", header.c_str());

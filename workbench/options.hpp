@@ -352,6 +352,10 @@ inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // th
     return fmt("d_model %d, heads %d, d_ff %d, layers %d+%d, seq_len %d", m.d_model, m.n_heads, m.d_ff, m.enc_layers,
                m.dec_layers, d.seq_len);
 }
+// The header's line about decoding: "" for greedy decoding, the default.
+inline std::string decoding_text(const DecodeConfig& d) {
+    return d.beam == 1 ? "" : fmt("decoding: beam search, beam %d, length penalty %g\n", d.beam, d.length_penalty);
+}
 // "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
 const std::vector<std::string> OPTIMIZER_TITLES = {"SGD", "momentum", "Adam"};  // OPTIMIZER_NAMES, as titles
 inline std::string optimizer_text(const Options& o) {
