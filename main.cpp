@@ -5,7 +5,8 @@
 //   1. the runs that do one thing and stop: --help, --bench, --speed, --demo
 //   2. the model, built from the flags or loaded with --load, and the run's one Dataset
 //   3. looking at the model without training: --params, --show-pe, --trace-shapes
-//   4. the training loop: training_loop_step (train.hpp: draw, rate, train_step), evaluate every N steps
+//   4. the training loop: train_step (train.hpp: draw, rate, zero, forward, loss, backward, update), and a
+//      held-out evaluation every N steps
 //   5. what comes after training, in order: the --sort output, pictures, --inspect, --test-len,
 //      the checkpoint (first, so that a picture that fails cannot lose the model), SVG, the report
 //   6. main(): a bad flag or file is one line on stderr and exit status 2
@@ -43,26 +44,24 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
 // =============================================================================================
 // 2. The model and the data
 // =============================================================================================
-// A new model from the flags, or the one --load names; `saved` gets the checkpoint's data settings and
-// training state (a fresh run: no update yet, and the seed's training draws). With --load the options
-// then say what the checkpoint holds, and --steps how many steps more.
-inline Transformer build_or_load(Options& o, Saved& saved) {
-    Transformer model = o.load_path.empty() ? Transformer(o.model, o.seed) : load_checkpoint(o.load_path, saved);
+// A new model from the flags, or the one --load names. With --load, the options then say what the checkpoint
+// holds (--steps stays: how many steps more), and `state` and `file` where its training stood.
+inline Transformer build_or_load(Options& o, TrainState& state, TrainFile& file) {
+    if (o.load_path.empty()) return Transformer(o.model, o.seed);
+    const long steps = o.train.steps;
+    Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, file);
     o.model = model.config;
-    o.data = saved.data;
-    long steps = o.train.steps;
-    o.train = saved.train;
     o.train.steps = steps;
     return model;
 }
 
 // The line a loaded model starts with.
-inline std::string loaded_text(const Options& o, const Saved& saved) {
+inline std::string loaded_text(const Options& o, const TrainState& state) {
     const ModelConfig& c = o.model;
     return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, max_digit %d; "
                "%ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers,
                TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
-               saved.optimizer.t);
+               state.updates);
 }
 
 // Training needs a held-out set: half of all sources at most are held out, and half of 1 is none.
@@ -77,7 +76,7 @@ inline void check_held_out(const Options& o, const Dataset& data) {
 // =============================================================================================
 // 3. Looking at the model without training
 // =============================================================================================
-inline void look_without_training(const Options& o, Transformer& model, const Dataset& data, const Saved& saved,
+inline void look_without_training(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
                                   const Example& example) {
     if (o.params) print_params(model);
     if (o.show_pe) {
@@ -86,8 +85,8 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
     }
     if (o.trace_shapes) {
         if (o.params || o.show_pe) std::printf("\n");
-        Rng next_draws = saved.draws;  // a copy: the batch training would draw next
-        trace_shapes(model, data.draw_batch(next_draws, o.train.batch));
+        Rng batch_draws = state.batch_draws;  // a copy: the batch training would draw next
+        trace_shapes(model, data.draw_batch(batch_draws, o.train.batch));
     }
     if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr, o.decode);
 }
@@ -95,23 +94,26 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
 // =============================================================================================
 // 4. The training loop
 // =============================================================================================
-// Train o.train.steps steps on from where `saved` stands, printing the held-out accuracy as it goes and the
+// Train o.train.steps steps on from where `state` stands, printing the held-out accuracy as it goes and the
 // inputs it watches. Steps are numbered on from the updates already made, and the schedule sees the run as
-// that much longer. `saved` (the optimizer and the training draws) ends where training stops.
-inline History train_run(const Options& o, const Dataset& data, Transformer& model, Saved& saved) {
-    const long first = saved.optimizer.t + 1, last = saved.optimizer.t + o.train.steps;
+// that much longer. The step itself, draw to update, is train_step in train.hpp.
+inline History train_run(const Options& o, const Dataset& data, Transformer& model, TrainState& state,
+                         const TrainFile& file) {
+    const long first = state.updates + 1, last = state.updates + o.train.steps;
     History history = begin_run(o, data, model, first, last);
     if (first == 1 && last >= 1 && !o.dump_step_path.empty()) {  // step 1 as it is about to run, for the twin
-        Saved at_step_1 = saved;  // a copy: its draws move past step 1's batch, as training's will
-        std::vector<Example> batch = data.draw_batch(at_step_1.draws, o.train.batch);
+        Rng batch_draws = state.batch_draws;  // a copy: train_step draws the same batch again
+        std::vector<Example> batch = data.draw_batch(batch_draws, o.train.batch);
         double lr = scheduled_lr(o.train.schedule, o.train.lr, 1, last, o.train.warmup);
-        dump_step(o.dump_step_path, model, batch, lr, at_step_1);
+        TrainState at_step_1 = state;  // as the checkpoint of a run stopped after drawing step 1's batch
+        at_step_1.batch_draws = batch_draws;
+        dump_step(o.dump_step_path, model, batch, lr, o.data, o.train, at_step_1, file);
     }
     double train_seconds = 0.0;
     training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
     for (long step = first; step <= last; step++) {
         auto t0 = Clock::now();
-        double loss = training_loop_step(model, data, o.train, saved.optimizer, saved.draws, step, last);
+        double loss = train_step(model, data, o.train, state, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
         record_loss(history, loss, step, o.train.lr);
@@ -171,10 +173,10 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
 }
 
 // The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
-inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const Saved& saved,
-                          const Example& example, bool sort_asked, History& history) {
+inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
+                          const TrainFile& file, const Example& example, bool sort_asked, History& history) {
     if (!o.save_path.empty()) {
-        save_checkpoint(o.save_path, model, saved);
+        save_checkpoint(o.save_path, model, o.data, o.train, state, file);
         std::printf("saved %s\n", o.save_path.c_str());
     }
     if (!o.svg_dir.empty())
@@ -194,16 +196,17 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
 inline int run(Options o) {
     if (run_alone(o)) return 0;
     check_output_paths(o);
-    Saved saved(o.data, o.train, o.seed);
-    Transformer model = build_or_load(o, saved);
+    TrainState state(o.train, o.seed);  // a new run: no update yet, the seed's training draws
+    TrainFile file;                     // the --train-data file the model trains on (none: generated data)
+    Transformer model = build_or_load(o, state, file);
     std::vector<std::vector<int>> pool;
-    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, saved.pool_size);
+    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, file);
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
-        check_train_data(o.load_path, o.train_data_path, saved.pool_size, saved.pool_hash, pool,
+        check_train_data(o.load_path, o.train_data_path, file, pool,
                          o.train.steps > 0 || o.sort_words.empty() || o.inspect || o.test_len > 0 ||
                          !o.report_path.empty());
-    saved.pool_size = long(pool.size()), saved.pool_hash = pool.empty() ? 0 : pool_fingerprint(pool);
+    file = {long(pool.size()), pool.empty() ? 0 : pool_fingerprint(pool)};
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();
     std::vector<int> digits;
@@ -211,16 +214,16 @@ inline int run(Options o) {
     Rng example_rng(o.seed);  // the example every picture uses: the --sort digits, or one fixed made-up input
     Example example = make_example(sort_asked ? digits : random_digits(example_rng, o.data), o.data);
     if (o.params || o.show_pe || o.trace_shapes) {
-        look_without_training(o, model, data, saved, example);
+        look_without_training(o, model, data, state, example);
         return 0;
     }
-    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, saved);
+    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, state);
     std::printf("%s", loaded.c_str());
     History history;
     history.decoding = o.decode;
     if (o.load_path.empty() || o.train.steps > 0) {
         check_held_out(o, data);
-        history = train_run(o, data, model, saved);
+        history = train_run(o, data, model, state, file);
     } else if (!sort_asked || !o.report_path.empty()) {
         loaded += decoding_text(o.decode);  // (a run that trains says it in its header)
         std::printf("%s", decoding_text(o.decode).c_str());
@@ -228,7 +231,7 @@ inline int run(Options o) {
     }
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too
     show_after_training(o, model, data, example, sort_asked);
-    write_outputs(o, model, data, saved, example, sort_asked, history);
+    write_outputs(o, model, data, state, file, example, sort_asked, history);
     return history.interrupted_at ? 130 : 0;  // 128 + SIGINT, as a shell reports a run cut short by Ctrl-C
 }
 

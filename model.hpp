@@ -266,17 +266,11 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 //   the queries' length, S in the encoder's self-attention.
 // self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
 // cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
-// The decoding cache, for greedy decoding only (train.hpp): keys and values come fresh from x_kv in
-// training; decoding feeds each sequence's newest row only, and KV::append adds the new rows' keys and
-// values to those kept (causal self-attention), KV::keep reuses them (cross-attention to the memory).
-// Same bits as a whole-prefix pass, whose later keys are masked and add exactly 0.
-enum class KV { fresh, append, keep };
-
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
+    Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
     Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
-    Matrix keys, values;                // (n_seq S, d_model), all heads: decoding keeps them across calls
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
@@ -290,46 +284,44 @@ struct MultiHeadAttention {
     }
 
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
-    // draws: the dropout stream in training, else nullptr (every block's forward takes it, to pass it on).
-    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1, KV kv = KV::fresh,
-                   Rng* draws = nullptr) {
-        Matrix Q = W_q.forward(x_q);  // (n_seq T, d_model)
-        if (kv == KV::fresh) keys = W_k.forward(x_kv), values = W_v.forward(x_kv);  // (n_seq S, d_model)
-        if (kv == KV::append)  // decoding: sequence by sequence, the kept rows, then the new ones
-            keys = join_sequences(keys, W_k.forward(x_kv), n_seq),
-            values = join_sequences(values, W_v.forward(x_kv), n_seq);
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1) {
+        return attend(W_q.forward(x_q), W_k.forward(x_kv), W_v.forward(x_kv), mask, n_seq);
+    }
+    // Q (n_seq T, d_model), K and V (n_seq S, d_model): every sequence's heads, joined, projected by W_o.
+    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-        int T = Q.rows / n_seq, S = keys.rows / n_seq;
+        int T = Q.rows / n_seq, S = K.rows / n_seq;
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k;  // head h owns columns col .. col + d_k - 1
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
-                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(keys, e * S, S, col, d_k),
-                                       take_block(values, e * S, S, col, d_k), mask_e, heads[e * n_heads + h],
-                                       attn_dropout, draws);
+                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, col, d_k),
+                                       take_block(V, e * S, S, col, d_k), mask_e, heads[e * n_heads + h],
+                                       attn_dropout, dropout_draws);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
     }
-    // Adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), which the caller zeroed.
+    // Undoes forward (and attend). Adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), which the
+    // caller zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
-        Matrix d_joined = W_o.backward(d_out);  // forward: return W_o.forward(joined)
+        Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, n_heads * d_k), dV(n_seq * S, n_heads * d_k);
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-                // forward: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
+                // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
                 attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h,
                                    dV_h);
-                // forward: take_block(Q, e * T, T, col, d_k), and the same for keys and values
+                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V
                 add_into_block(dQ_h, e * T, col, dQ);
                 add_into_block(dK_h, e * S, col, dK);
                 add_into_block(dV_h, e * S, col, dV);
             }
-        // forward: Q = W_q.forward(x_q), keys = W_k.forward(x_kv), values = W_v.forward(x_kv)
+        // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
         accumulate(d_xkv, W_v.backward(dV));
@@ -421,15 +413,19 @@ struct FeedForward {
 
     Matrix forward(const Matrix& x) {
         hidden = layer1.forward(x);
-        return layer2.forward(activation == Activation::relu ? relu(hidden) : gelu(hidden));
+        switch (activation) {  // a switch names every activation: a new one cannot pass as an old one
+        case Activation::relu: return layer2.forward(relu(hidden));
+        case Activation::gelu: return layer2.forward(gelu(hidden));
+        }
+        return Matrix();  // not reached
     }
     Matrix backward(const Matrix& dy) {
         Matrix d_act = layer2.backward(dy);  // forward: layer2.forward(act(hidden))
         Matrix d_hidden(hidden.rows, hidden.cols);
-        if (activation == Activation::relu)  // forward: act(hidden)
-            relu_backward(d_act, hidden, d_hidden);
-        else
-            gelu_backward(d_act, hidden, d_hidden);
+        switch (activation) {  // forward: act(hidden)
+        case Activation::relu: relu_backward(d_act, hidden, d_hidden); break;
+        case Activation::gelu: gelu_backward(d_act, hidden, d_hidden); break;
+        }
         return layer1.backward(d_hidden);  // forward: hidden = layer1.forward(x)
     }
 };
@@ -445,29 +441,38 @@ struct FeedForward {
 struct Sublayer {
     LayerNorm norm;
     Norm where = Norm::pre;
-    double p = 0.0;  // dropout on f's output, in training
-    Matrix keep;     // saved: the dropout's factors, empty when nothing was dropped
+    double p = 0.0;                // dropout on f's output, in training
+    Rng* dropout_draws = nullptr;  // in training the model's dropout stream (Transformer::train), else nullptr
+    Matrix keep;                   // saved: the dropout's factors, empty when nothing was dropped
 
     Sublayer() = default;
     explicit Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm), p(c.dropout) {}
 
     template <typename F>  // f: Matrix(const Matrix& f_in)
-    Matrix forward(const Matrix& x, F f, Rng* draws = nullptr) {
-        if (where == Norm::pre) return add(x, dropout(f(norm.forward(x)), p, draws, keep));  // x + f(LN(x))
-        return norm.forward(add(x, dropout(f(x), p, draws, keep)));                          // LN(x + f(x))
+    Matrix forward(const Matrix& x, F f) {
+        switch (where) {
+        case Norm::pre: return add(x, dropout(f(norm.forward(x)), p, dropout_draws, keep));   // x + f(LN(x))
+        case Norm::post: return norm.forward(add(x, dropout(f(x), p, dropout_draws, keep)));  // LN(x + f(x))
+        }
+        return Matrix();  // not reached
     }
     template <typename B>  // f_backward: Matrix(const Matrix& d_f_out), returns d_f_in
     Matrix backward(const Matrix& d_out, B f_backward) {
-        // forward: out = sum (pre-norm) or LN(sum) (post-norm)
-        Matrix d_sum = where == Norm::pre ? d_out : norm.backward(d_out);
+        Matrix d_sum;
+        switch (where) {  // forward: out = sum (pre-norm) or LN(sum) (post-norm)
+        case Norm::pre: d_sum = d_out; break;
+        case Norm::post: d_sum = norm.backward(d_out); break;
+        }
         // forward: sum = add(x, dropped): both terms get d_sum
         Matrix dx(d_sum.rows, d_sum.cols), d_dropped(d_sum.rows, d_sum.cols);
         add_backward(d_sum, dx, d_dropped);
         // forward: dropped = dropout(f_out), f_out itself when nothing is dropped
         Matrix d_f_out = dropout_backward(std::move(d_dropped), keep);
-        // forward: f_out = f(f_in), f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
-        Matrix d_f_in = f_backward(d_f_out);
-        accumulate(dx, where == Norm::pre ? norm.backward(d_f_in) : d_f_in);
+        Matrix d_f_in = f_backward(d_f_out);  // forward: f_out = f(f_in)
+        switch (where) {  // forward: f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
+        case Norm::pre: accumulate(dx, norm.backward(d_f_in)); break;
+        case Norm::post: accumulate(dx, d_f_in); break;
+        }
         return dx;
     }
 };
@@ -489,10 +494,11 @@ struct EncoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1, Rng* draws = nullptr) {  // n_seq stacked
-        Matrix x1 = attn_sub.forward(
-            x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq, KV::fresh, draws); }, draws);
-        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); }, draws);
+    void set_dropout_draws(Rng* draws) { attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = draws; }
+
+    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1) {  // n_seq sequences stacked
+        Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
+        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
     }
     Matrix backward(const Matrix& d_out) {
         // forward: out = ffn_sub.forward(x1, ffn)
@@ -522,17 +528,19 @@ struct DecoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    // next_row (greedy decoding only, train.hpp): y holds each sequence's newest row only, and the
-    // attentions go on from the keys and values they kept.
+    void set_dropout_draws(Rng* draws) {
+        self_sub.dropout_draws = cross_sub.dropout_draws = ffn_sub.dropout_draws = draws;
+        self_attn.dropout_draws = cross_attn.dropout_draws = draws;
+    }
+
+    // (Decoding runs this block a row at a time with its cache: decoder_block_next, at the end of the file.)
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
-                   int n_seq = 1, bool next_row = false, Rng* draws = nullptr) {
-        KV self_kv = next_row ? KV::append : KV::fresh, cross_kv = next_row ? KV::keep : KV::fresh;
-        Matrix y1 = self_sub.forward(
-            y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq, self_kv, draws); }, draws);
-        Matrix y2 = cross_sub.forward(
-            y1, [&](const Matrix& a) { return cross_attn.forward(a, memory, memory_mask, n_seq, cross_kv, draws); },
-            draws);
-        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); }, draws);
+                   int n_seq = 1) {
+        Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
+        Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) {
+            return cross_attn.forward(a, memory, memory_mask, n_seq);
+        });
+        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
     }
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
@@ -562,16 +570,23 @@ struct Transformer {
     Linear out;       // (d_model -> vocab), with bias; with tie_embeddings its W is empty: the table's transpose
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
-    Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and decode for backward
+    Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
-    // train_step sets `training`, which two parts read: dropout, and Positions::random, which draws each
-    // source's rows anew. Otherwise a source's rows are drawn from the source itself, so one input always
-    // reads the same rows and an evaluation never moves the draws.
+    // Training mode reads two streams of its own: dropout's masks, drawn in the order forward runs, and random
+    // positions' rows, each source's drawn anew. Outside it nothing is dropped, and a source's rows are drawn
+    // from the source itself, so one input always reads the same rows and an evaluation never moves a stream.
     Rng position_draws{1};
-    Rng dropout_draws{1};  // the dropout masks' own stream, drawn from in the order forward runs
+    Rng dropout_draws{1};
     bool training = false;
-    Rng* dropout_stream() { return training ? &dropout_draws : nullptr; }  // what every block's forward is passed
+    // PyTorch's model.train() and model.eval(): train_step turns training mode on for its forward pass, and
+    // every block with dropout is handed the stream (nullptr: off).
+    void train(bool on) {
+        training = on;
+        for (EncoderBlock& block : encoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
+        for (DecoderBlock& block : decoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
+    }
+    Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
 
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
@@ -595,30 +610,28 @@ struct Transformer {
         }
         Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
         Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
-        x = dropout(std::move(x), config.dropout, dropout_stream(), source_keep);
-        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()), dropout_stream());
+        x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), source_keep);
+        for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
-    // The decoder reads the sources too: its cross-attention must not look at PAD source positions.
-    // Decoder token t reads position row t; with random positions, the row its source's token t read
-    // (every task's output is as long as its input), so both sides share one draw.
-    // Greedy decoding only (train.hpp): it passes each sequence's newest token, at first_position; from
-    // 1 on, the attentions go on from the keys and values they kept, all visible to the new rows (no
-    // causal mask). Its rows are those a pass over the whole prefix would give last, bit for bit.
-    Matrix decode(const Batch& tgts_in, const Matrix& memory, const Batch& srcs, int first_position = 0) {
+    // Decoder token t reads position row t; with random positions, the row its source's token t read (every
+    // task's output is as long as its input), so both sides share one draw.
+    int target_row(const std::vector<int>& rows_of_source, int t) const {
+        return config.positions == Positions::random ? rows_of_source.at(t) : t;
+    }
+    // The decoder's logits for the next token at every position (teacher forcing: the whole target at once). It
+    // reads the sources too: its cross-attention must not look at PAD source positions.
+    Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
         target_rows.assign(n_seq, {});
         for (int e = 0; e < n_seq; e++)
-            for (int t = first_position; t < first_position + T; t++)
-                target_rows[e].push_back(config.positions == Positions::random ? source_rows[e].at(t) : t);
-        Matrix memory_mask = padding_mask(T, srcs);  // (n_seq T, S); the causal mask (n_seq T, T)
-        bool next_row = first_position > 0;
-        Matrix causal = next_row ? Matrix() : stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));
+            for (int t = 0; t < T; t++) target_rows[e].push_back(target_row(source_rows[e], t));
+        Matrix memory_mask = padding_mask(T, srcs);                                  // (n_seq T, S)
+        Matrix causal = stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));  // (n_seq T, T)
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
-        y = dropout(std::move(y), config.dropout, dropout_stream(), target_keep);
-        for (DecoderBlock& block : decoder)
-            y = block.forward(y, memory, causal, memory_mask, n_seq, next_row, dropout_stream());
+        y = dropout(std::move(y), config.dropout, embedding_dropout_draws(), target_keep);
+        for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
     // The output projection: logits = h W + b, h (n_seq T, d_model); with tie_embeddings (the paper, 3.4) W is
@@ -636,7 +649,7 @@ struct Transformer {
         matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
         return dh;
     }
-    Matrix forward(const Batch& srcs, const Batch& tgts_in) { return decode(tgts_in, encode(srcs), srcs); }
+    Matrix forward(const Batch& srcs, const Batch& tgts_in) { return next_token_logits(tgts_in, encode(srcs), srcs); }
     static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
         for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());
@@ -678,3 +691,75 @@ struct Transformer {
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
+
+// =============================================================================================
+// Decoding with a cache (inference only: greedy decoding and beam search, train.hpp). Skip on a first reading.
+// =============================================================================================
+// Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
+// every position, it keeps what every attention computed (llama2.c's RunState) and feeds only the newest
+// tokens: causal self-attention adds the new rows' K and V to those kept, cross-attention reads the memory's K
+// and V, made once. The new rows are those a whole-prefix pass gives, bit for bit: its later keys are masked
+// and add exactly 0 (tests.cpp checks).
+struct DecodingCache {
+    struct Layer { Matrix self_K, self_V, cross_K, cross_V; };  // (n_seq t, d_model) so far; (n_seq S, d_model)
+    std::vector<Layer> layers;        // one per decoder block
+    Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
+    Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions)
+    int position = 0;                 // the position the next tokens take, 0 for START
+
+    // Beam search: sequence i of the stack now continues sequence from[i], its parent, and takes what the
+    // parent kept: its K and V in every layer, its source and its source's position rows.
+    void follow(const std::vector<int>& from) {
+        const int n_seq = int(sources.size());
+        for (Layer& layer : layers)
+            for (Matrix* kept : {&layer.self_K, &layer.self_V, &layer.cross_K, &layer.cross_V}) {
+                const int rows = kept->rows / n_seq;  // each sequence's rows
+                Matrix gathered(int(from.size()) * rows, kept->cols);
+                for (std::size_t i = 0; i < from.size(); i++)
+                    std::copy_n(&kept->at(from[i] * rows, 0), std::size_t(rows) * kept->cols, &gathered.at(int(i) * rows, 0));
+                *kept = std::move(gathered);
+            }
+        Transformer::Batch old_sources = sources, old_rows = source_rows;
+        sources.clear(), source_rows.clear();
+        for (int parent : from) sources.push_back(old_sources[parent]), source_rows.push_back(old_rows[parent]);
+    }
+};
+
+// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
+inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
+    DecodingCache cache;
+    Matrix memory = model.encode(sources);
+    cache.sources = sources, cache.source_rows = model.source_rows;
+    for (DecoderBlock& block : model.decoder)
+        cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
+                                block.cross_attn.W_v.forward(memory)});
+    return cache;
+}
+
+// DecoderBlock::forward for y (n_seq, d_model), one newest row a sequence, against what `kept` holds. No causal
+// mask: every kept key is at an earlier position, or this one.
+inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept,
+                                 const Matrix& memory_mask, int n_seq) {
+    Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
+        kept.self_K = join_sequences(kept.self_K, b.self_attn.W_k.forward(a), n_seq);  // each sequence's rows, then
+        kept.self_V = join_sequences(kept.self_V, b.self_attn.W_v.forward(a), n_seq);  // its new one
+        return b.self_attn.attend(b.self_attn.W_q.forward(a), kept.self_K, kept.self_V, Matrix(), n_seq);
+    });
+    Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
+        return b.cross_attn.attend(b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq);
+    });
+    return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
+}
+
+// The logits (n_seq, vocab) of the token after each sequence's newest (n_seq x (1)), at cache.position.
+inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
+    const int n_seq = int(newest.size());
+    std::vector<int> rows;  // the position row each newest token reads
+    for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.source_rows[e], cache.position));
+    Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
+    Matrix memory_mask = padding_mask(1, cache.sources);                     // (n_seq, S)
+    for (std::size_t i = 0; i < model.decoder.size(); i++)
+        y = decoder_block_next(model.decoder[i], y, cache.layers[i], memory_mask, n_seq);
+    cache.position++;
+    return model.output(model.final_norm.forward(y));
+}

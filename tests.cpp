@@ -22,10 +22,11 @@
 
 #include "train.hpp"  // and, through it, model.hpp and matrix.hpp: the tutorial, and nothing of the program
 
-// One step of plain SGD, which keeps nothing between steps: what most tests train with.
+// One step of plain SGD on a given batch (SGD keeps nothing between steps): what most tests train with.
 inline double sgd_step(Transformer& model, const std::vector<Example>& batch, double lr) {
-    Optimizer sgd;
-    return train_step(model, batch, lr, sgd);
+    const double loss = gradient_of(model, batch, 0.0).plain;
+    Optimizer().update(model, lr, 1);
+    return loss;
 }
 
 // =============================================================================================
@@ -674,6 +675,7 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
                 },
                 [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
 
+    Rng stream = start;  // the blocks' dropout stream, as Transformer::train hands them the model's
     for (Norm where : {Norm::pre, Norm::post}) {
         ModelConfig c = small_config();
         c.norm = where;
@@ -689,15 +691,17 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
         const std::string norm = where == Norm::pre ? " (pre-norm, dropout 0.2)" : " (post-norm, dropout 0.2)";
         check_block("EncoderBlock" + norm, with({tensor("x", x5, dx5)}, tensors_of(params_of(encoder, "encoder"))),
                     [&] {
-                        Rng d = start;
-                        return encoder.forward(x5, mask, 1, &d);
+                        stream = start;  // the same masks at every pass
+                        encoder.set_dropout_draws(&stream);
+                        return encoder.forward(x5, mask);
                     },
                     [&](const Matrix& G) { dx5 = encoder.backward(G); });
         check_block("DecoderBlock" + norm,
                     with({tensor("y", y, dy), tensor("memory", memory, d_memory)}, tensors_of(params_of(decoder, "decoder"))),
                     [&] {
-                        Rng d = start;
-                        return decoder.forward(y, memory, causal, mem_mask, 1, false, &d);
+                        stream = start;
+                        decoder.set_dropout_draws(&stream);
+                        return decoder.forward(y, memory, causal, mem_mask);
                     },
                     [&](const Matrix& G) { dy = decoder.backward(G, d_memory); });
         CHECK(!decoder.ffn_sub.keep.empty());  // the masks were drawn
@@ -808,7 +812,7 @@ TEST_CASE("cross_entropy: value and gradient by hand") {
     CHECK(d_two.at(0, 0) == doctest::Approx(0.25).epsilon(1e-15));
     CHECK(d_two.at(0, 1) == doctest::Approx(-0.25).epsilon(1e-15));
 
-    // weight scales the gradient and adds (+=) into d_logits, as train_step relies on.
+    // weight scales the gradient and adds (+=) into d_logits, as batch_loss relies on.
     Matrix d_twice(2, 4);
     cross_entropy(uniform, {1, 3}, 0.5, d_twice);
     cross_entropy(uniform, {1, 3}, 0.5, d_twice);
@@ -866,8 +870,8 @@ TEST_CASE("cross_entropy with label smoothing: value and gradient by hand, then 
 // The whole model's loss
 // ---------------------------------------------------------------------------------------------
 
-// The gradient train_step hands to SGD, checked against finite differences of the mean
-// cross-entropy over a batch of two examples (stacked, as train_step runs them), for every entry of
+// The gradient gradient_of hands to the optimizer, checked against finite differences of the mean
+// cross-entropy over a batch of two examples (stacked, as gradient_of runs them), for every entry of
 // every tensor in parameters().
 // The second example's source is two digits and two PADs, so padding masks are on the path.
 // sgd_step(model, batch, lr = 0) computes exactly the gradient SGD would use and moves nothing.
@@ -882,10 +886,10 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
     REQUIRE(batch[1].source == std::vector<int>{3, 1, PAD, PAD});
     // Positions::random draws each source's rows anew at every forward: both sides of every difference,
     // and the backward, must read the same draw, so each pass starts from the same draw state.
-    const Rng draws = model.position_draws, masks = model.dropout_draws;  // dropout: the same masks each pass
+    const Rng rows = model.position_draws, masks = model.dropout_draws;  // dropout: the same masks each pass
     auto loss = [&] {
-        model.position_draws = draws, model.dropout_draws = masks;
-        model.training = true;  // as in train_step, whose gradient this checks
+        model.position_draws = rows, model.dropout_draws = masks;
+        model.train(true);  // as gradient_of runs it, whose gradient this checks
         Matrix logits = model.forward({batch[0].source, batch[1].source}, {batch[0].target_in, batch[1].target_in});
         double L = 0.0;
         for (int e = 0, T = d.seq_len; e < 2; e++) {  // example e owns rows e*T .. of the stacked logits
@@ -893,13 +897,12 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
             L += cross_entropy(take_block(logits, e * T, T, 0, logits.cols), batch[e].target, 1.0, unused,
                                label_smoothing) / 2.0;
         }
-        model.training = false;
+        model.train(false);
         return L;
     };
     check_gradients(name, tensors_of(model.parameters()), loss, [&] {
-        model.position_draws = draws, model.dropout_draws = masks;
-        Optimizer sgd;
-        train_step(model, batch, 0.0, sgd, label_smoothing);
+        model.position_draws = rows, model.dropout_draws = masks;
+        gradient_of(model, batch, label_smoothing);
     });
 }
 
@@ -942,11 +945,11 @@ TEST_CASE("Positions::random: training draws anew, evaluation reads each input's
     CHECK(first.exact_count == again.exact_count);
     CHECK(first.token == again.token);
     CHECK(model.position_draws.state == before);
-    model.training = true;  // as train_step sets it: two encodes of one input draw two lists of rows
+    model.train(true);  // as gradient_of sets it: two encodes of one input draw two lists of rows
     model.encode({a});
     std::vector<int> first_draw = model.source_rows[0];
     model.encode({a});
-    model.training = false;
+    model.train(false);
     CHECK(model.position_draws.state != before);
     CHECK(first_draw != model.source_rows[0]);  // 4 of 16 rows twice: the same list 1 time in 1,820
 }
@@ -1041,10 +1044,10 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
 
 // greedy_decode returns exactly `length` tokens and starts from START: its decoder input is START
 // followed by its own first length - 1 outputs. Because of the causal mask, one teacher-forced pass
-// over that input sees at position t exactly what step t of the decoding saw, and decode's step, which
-// runs only the newest token against the keys and values it kept, gives that row bit for bit (a
+// over that input sees at position t exactly what position t of the decoding saw, and newest_logits, which
+// runs only the newest token against the keys and values its cache kept, gives that row bit for bit (a
 // masked key adds an exact 0.0 to every sum). So the argmax at every position is the token greedy chose.
-TEST_CASE("greedy_decode: output length, START first, its steps the same as one causal pass") {
+TEST_CASE("greedy_decode: output length, START first, each position the same as one causal pass") {
     DataConfig d = tiny_data();
     ModelConfig c = tiny_model(d);
     c.dec_layers = 2;
@@ -1055,11 +1058,11 @@ TEST_CASE("greedy_decode: output length, START first, its steps the same as one 
         REQUIRE(int(out.size()) == length);
         std::vector<int> decoder_in = shifted_right(out, c.vocab);
 
-        Matrix memory = model.encode({source});
-        Matrix full = model.decode({decoder_in}, memory, {source});  // (length, vocab), one teacher-forced pass
+        Matrix full = model.forward({source}, {decoder_in});  // (length, vocab), one teacher-forced pass
+        DecodingCache cache = start_decoding(model, {source});
         for (int t = 0; t < length; t++) {
-            Matrix step = model.decode({{decoder_in[t]}}, memory, {source}, t);  // (1, vocab): what greedy saw
-            for (int v = 0; v < c.vocab; v++) CHECK(step.at(0, v) == full.at(t, v));
+            Matrix newest = newest_logits(model, cache, {{decoder_in[t]}});  // (1, vocab): what greedy saw
+            for (int v = 0; v < c.vocab; v++) CHECK(newest.at(0, v) == full.at(t, v));
             int best = 0;
             for (int v = 1; v < c.vocab; v++)
                 if (full.at(t, v) > full.at(t, best)) best = v;
@@ -1126,14 +1129,13 @@ TEST_CASE("optimizers: SGD, momentum and Adam updates match a hand computation")
         Optimizer optimizer(c.kind);
         for (auto& [name, p] : model.parameters()) std::fill(p->value.data.begin(), p->value.data.end(), 0.5);
         double expected[] = {c.after1, c.after2}, gradient[] = {0.2, -0.1};
-        for (int step = 0; step < 2; step++) {
-            for (auto& [name, p] : model.parameters()) std::fill(p->grad.data.begin(), p->grad.data.end(), gradient[step]);
-            optimizer.update(model, c.lr);
-            INFO(OPTIMIZER_NAMES[int(c.kind)] << " update " << step + 1);
+        for (long t = 1; t <= 2; t++) {
+            for (auto& [name, p] : model.parameters()) std::fill(p->grad.data.begin(), p->grad.data.end(), gradient[t - 1]);
+            optimizer.update(model, c.lr, t);
+            INFO(OPTIMIZER_NAMES[int(c.kind)] << " update " << t);
             for (auto& [name, p] : model.parameters())
-                for (double w : p->value.data) REQUIRE(w == doctest::Approx(expected[step]).epsilon(1e-13));
+                for (double w : p->value.data) REQUIRE(w == doctest::Approx(expected[t - 1]).epsilon(1e-13));
         }
-        CHECK(optimizer.t == 2);
     }
 }
 
@@ -1153,7 +1155,7 @@ TEST_CASE("optimizers: clipping and weight decay match a hand computation") {
             std::fill(p->value.data.begin(), p->value.data.end(), 0.5);
             std::fill(p->grad.data.begin(), p->grad.data.end(), 0.2);
         }
-        optimizer.update(model, lr);
+        optimizer.update(model, lr, 1);
         return model;
     };
     Transformer probe(tiny_model(d), 1);
@@ -1187,14 +1189,16 @@ TEST_CASE("optimizers: clipping and weight decay match a hand computation") {
 }
 
 // With label smoothing a training step still returns the plain cross-entropy (what the table prints),
-// while its gradient is the smoothed loss's: the same loss as without, different gradients.
-TEST_CASE("train_step with label smoothing: the plain loss returned, the smoothed gradient used") {
+// while its gradient is the smoothed loss's: the same plain loss as without, a larger followed loss (the
+// smoothed target is never met), different gradients.
+TEST_CASE("gradient_of with label smoothing: the plain loss as without, the smoothed gradient used") {
     DataConfig d = tiny_data();
     const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
     Transformer plain(tiny_model(d), 7), smoothed(tiny_model(d), 7);
-    Optimizer sgd;
-    double loss = train_step(plain, batch, 0.0, sgd), loss_smoothed = train_step(smoothed, batch, 0.0, sgd, 0.1);
-    CHECK(loss == loss_smoothed);
+    Loss loss = gradient_of(plain, batch, 0.0), loss_smoothed = gradient_of(smoothed, batch, 0.1);
+    CHECK(loss.plain == loss.followed);
+    CHECK(loss.plain == loss_smoothed.plain);
+    CHECK(loss_smoothed.followed > loss_smoothed.plain);
     CHECK(plain.out.b.grad.data != smoothed.out.b.grad.data);
 }
 

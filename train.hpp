@@ -1,4 +1,4 @@
-// train.hpp -- data, loss, optimizers, the training loop's step and greedy decoding for the digit sorter.
+// train.hpp -- data, loss, optimizers, the training step, and decoding (greedy, beam search) for the digit sorter.
 //
 // Read after model.hpp. An example is a source sequence of digits and the target the task asks
 // for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
@@ -6,8 +6,8 @@
 // At test time there is no true target to read, so greedy decoding feeds back its own argmax.
 //
 // Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
-// schedules (skip momentum, Adam and warm-up on a first reading); a training step and the training
-// loop's step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target
+// schedules (skip momentum, Adam and warm-up on a first reading); a batch's loss, the training state and
+// the training step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target
 // and source lengths (both seq_len), vocab, and n_seq the sequences of a mini-batch, stacked as rows.
 #pragma once
 
@@ -31,12 +31,17 @@ struct DataConfig {
     int max_digit = 9;  // digits are 1 .. max_digit
 };
 
-// The optimizers and schedules are written out below (Optimizer, scheduled_lr).
+// The optimizers and schedules are written out below (Optimizer, scheduled_lr). Each optimizer's row, in
+// OptimizerKind's order: its name (flags, checkpoint), its title (printed), its rate when --lr is not given
+// (momentum's steps are about 1 / (1 - mu) = 10 times SGD's for one rate; Adam's are about lr in every entry).
 enum class OptimizerKind { sgd, momentum, adam };
-const std::vector<std::string> OPTIMIZER_NAMES = {"sgd", "momentum", "adam"};
-// The learning rate of each optimizer when --lr is not given: momentum's steps are about 1 / (1 - mu)
-// = 10 times SGD's for the same rate, and Adam's are about lr in every entry whatever the gradient's size.
-constexpr double DEFAULT_LR[] = {0.2, 0.02, 0.001};
+struct OptimizerRow { std::string name, title; double default_lr; };
+const std::vector<OptimizerRow> OPTIMIZERS = {{"sgd", "SGD", 0.2}, {"momentum", "momentum", 0.02}, {"adam", "Adam", 0.001}};
+const std::vector<std::string> OPTIMIZER_NAMES = [] {  // the rows' names, for the flag and the checkpoint
+    std::vector<std::string> names;
+    for (const OptimizerRow& row : OPTIMIZERS) names.push_back(row.name);
+    return names;
+}();
 enum class Schedule { constant, linear, warmup };
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 
@@ -45,7 +50,7 @@ const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"}
 struct TrainConfig {
     long steps = 5000;
     int batch = 16;
-    double lr = DEFAULT_LR[0];  // with momentum or adam and no --lr, that optimizer's own default
+    double lr = OPTIMIZERS[0].default_lr;  // with momentum or adam and no --lr, that optimizer's own default
     OptimizerKind optimizer = OptimizerKind::sgd;
     Schedule schedule = Schedule::linear;
     long warmup = 1000;  // steps of Schedule::warmup's rise
@@ -104,8 +109,11 @@ inline Inputs inputs_of(const std::vector<Example>& examples, std::size_t from, 
 // padded with PAD. PAD doubles as "end of output", so a variable-length model learns to stop.
 inline Example make_example(const std::vector<int>& digits, const DataConfig& d) {
     std::vector<int> answer = digits;
-    if (d.task == Task::sort) std::sort(answer.begin(), answer.end());
-    if (d.task == Task::reverse) std::reverse(answer.begin(), answer.end());
+    switch (d.task) {
+    case Task::sort: std::sort(answer.begin(), answer.end()); break;
+    case Task::copy: break;
+    case Task::reverse: std::reverse(answer.begin(), answer.end()); break;
+    }
     Example e;
     e.source = digits;
     e.source.resize(d.seq_len, PAD);
@@ -224,13 +232,13 @@ struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
     OptimizerKind kind = OptimizerKind::sgd;
     double weight_decay = 0.0, clip = 0.0;  // TrainConfig's
-    long t = 0;                 // updates made so far
     std::vector<Matrix> m, s;   // one per parameter, in its shape: momentum keeps m, Adam m and s, SGD none
 
     explicit Optimizer(OptimizerKind k = OptimizerKind::sgd, double decay = 0.0, double max_norm = 0.0)
         : kind(k), weight_decay(decay), clip(max_norm) {}
 
-    void update(Transformer& model, double lr) {
+    // Update number t (1, 2, ...: Adam's unbiasing reads it) with the rate lr.
+    void update(Transformer& model, double lr, long t) {
         ParamList params = model.parameters();
         if (clip > 0) {  // clipping: norm = sqrt(sum of g^2 over every entry of every gradient)
             double sum = 0.0;
@@ -244,28 +252,31 @@ struct Optimizer {
                 m.emplace_back(p->value.rows, p->value.cols);
                 if (kind == OptimizerKind::adam) s.emplace_back(p->value.rows, p->value.cols);
             }
-        t++;
         const double unbias1 = 1.0 - std::pow(beta1, double(t)), unbias2 = 1.0 - std::pow(beta2, double(t));
         for (std::size_t k = 0; k < params.size(); k++) {
             std::vector<double>& w = params[k].second->value.data;
             const std::vector<double>& g = params[k].second->grad.data;
             if (weight_decay > 0 && decays(params[k].first))
                 for (double& wi : w) wi *= 1.0 - lr * weight_decay;
-            if (kind == OptimizerKind::sgd) {
+            switch (kind) {
+            case OptimizerKind::sgd:
                 for (std::size_t i = 0; i < w.size(); i++) w[i] -= lr * g[i];
-            } else if (kind == OptimizerKind::momentum) {
-                std::vector<double>& mk = m[k].data;
+                break;
+            case OptimizerKind::momentum:
                 for (std::size_t i = 0; i < w.size(); i++) {
-                    mk[i] = mu * mk[i] + g[i];
-                    w[i] -= lr * mk[i];
+                    m[k].data[i] = mu * m[k].data[i] + g[i];
+                    w[i] -= lr * m[k].data[i];
                 }
-            } else {
-                std::vector<double>&mk = m[k].data, &sk = s[k].data;
+                break;
+            case OptimizerKind::adam:
                 for (std::size_t i = 0; i < w.size(); i++) {
-                    mk[i] = beta1 * mk[i] + (1.0 - beta1) * g[i];
-                    sk[i] = beta2 * sk[i] + (1.0 - beta2) * g[i] * g[i];
-                    w[i] -= lr * (mk[i] / unbias1) / (std::sqrt(sk[i] / unbias2) + eps);
+                    double& mi = m[k].data[i];
+                    double& si = s[k].data[i];
+                    mi = beta1 * mi + (1.0 - beta1) * g[i];
+                    si = beta2 * si + (1.0 - beta2) * g[i] * g[i];
+                    w[i] -= lr * (mi / unbias1) / (std::sqrt(si / unbias2) + eps);
                 }
+                break;
             }
         }
     }
@@ -277,62 +288,86 @@ struct Optimizer {
 //   warmup     lr min(t / warmup, sqrt(warmup / t)): a straight line up for `warmup` steps, then down
 //              as 1 / sqrt(t). The paper's d_model^-0.5 min(t^-0.5, t warmup^-1.5), scaled to peak at lr.
 inline double scheduled_lr(Schedule schedule, double lr, long t, long total, long warmup) {
-    if (schedule == Schedule::linear) return lr * (1.0 - double(t - 1) / double(total));
-    if (schedule == Schedule::warmup) return lr * std::min(double(t) / warmup, std::sqrt(double(warmup) / t));
-    return lr;
+    switch (schedule) {
+    case Schedule::constant: return lr;
+    case Schedule::linear: return lr * (1.0 - double(t - 1) / double(total));
+    case Schedule::warmup: return lr * std::min(double(t) / warmup, std::sqrt(double(warmup) / t));
+    }
+    return lr;  // not reached: the switch names every schedule
 }
 
 // ---------------------------------------------------------------------------------------------
-// One training step on a mini-batch: zero every grad, add up the gradient of the mean loss over the
-// batch, then let the optimizer move every parameter.
-// The batch runs as one stack of rows (model.hpp, Transformer); example e owns rows e*T .. of the logits.
-// Returns the batch's mean loss; with label smoothing, the plain cross-entropy, comparable across runs (its
-// gradient is the smoothed loss's).
-inline double train_step(Transformer& model, const std::vector<Example>& batch, double lr, Optimizer& optimizer,
-                         double label_smoothing = 0.0) {
-    model.zero_grad();
-    Inputs in = inputs_of(batch, 0, batch.size());
-    model.training = true;  // random positions: fresh draws (model.hpp, Transformer)
-    Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab), n_seq = batch.size()
-    model.training = false;
-    Matrix d_logits(logits.rows, logits.cols);
-    double loss = 0.0, weight = 1.0 / double(batch.size());
-    int T = logits.rows / int(batch.size());
+// A batch's loss: the mean over its n_seq examples of cross_entropy, example e owning rows e*T .. of the logits
+// (n_seq T, vocab). d_logits (zeroed by the caller) gets the gradient that training follows.
+// `plain` is the cross-entropy the table prints, comparable across runs; with label smoothing, `followed` is
+// the smoothed loss whose gradient d_logits holds (without, the two are one number).
+struct Loss { double plain = 0.0, followed = 0.0; };
+inline Loss batch_loss(const Matrix& logits, const std::vector<Example>& batch, double label_smoothing,
+                       Matrix& d_logits) {
+    Loss loss;
+    const double weight = 1.0 / double(batch.size());  // the batch's gradient is the mean of its examples'
+    const int T = logits.rows / int(batch.size());
     for (int e = 0; e < int(batch.size()); e++) {
         Matrix logits_e = take_block(logits, e * T, T, 0, logits.cols), d_e(T, logits.cols);  // e's share
-        double loss_e = cross_entropy(logits_e, batch[e].target, weight, d_e, label_smoothing);
-        if (label_smoothing > 0) {  // the loss returned is the plain one; the gradient stays the smoothed one's
+        double followed = cross_entropy(logits_e, batch[e].target, weight, d_e, label_smoothing), plain = followed;
+        if (label_smoothing > 0) {  // the plain loss of the same logits, its gradient not kept
             Matrix unused(T, logits.cols);
-            loss_e = cross_entropy(logits_e, batch[e].target, 0.0, unused);
+            plain = cross_entropy(logits_e, batch[e].target, 0.0, unused);
         }
-        loss += weight * loss_e;
+        loss.plain += weight * plain, loss.followed += weight * followed;
         add_into_block(d_e, e * T, 0, d_logits);
     }
-    model.backward(d_logits);
-    optimizer.update(model, lr);
     return loss;
 }
 
-// The training loop's step: draw a mini-batch, find this step's learning rate, train on it. main.cpp runs
-// for (step = first; step <= last; step++), printing around each; `last` is the one the schedule decays to.
-inline double training_loop_step(Transformer& model, const Dataset& data, const TrainConfig& c, Optimizer& optimizer,
-                            Rng& draws, long step, long last) {
-    std::vector<Example> batch = data.draw_batch(draws, c.batch);
-    double lr = scheduled_lr(c.schedule, c.lr, step, last, c.warmup);
-    return train_step(model, batch, lr, optimizer, c.label_smoothing);
+// What training carries from one step to the next. A checkpoint saves it (workbench/checkpoint.hpp), so that
+// --load FILE --steps N trains on as if the run had never stopped.
+struct TrainState {
+    Optimizer optimizer;  // the rule and, for momentum and Adam, its running means
+    Rng batch_draws;      // the training examples' stream: which batch comes next
+    long updates = 0;     // steps taken so far; the next is step updates + 1
+    TrainState(const TrainConfig& c, uint64_t seed)  // a new run: no update yet, the seed's draws
+        : optimizer(c.optimizer, c.weight_decay, c.clip), batch_draws(training_rng(seed)) {}
+};
+
+// The gradient of a batch's mean loss: zero every grad, run the batch forward in training mode (one stack of
+// rows, model.hpp; dropout on), score it, run backward. Returns the loss; every parameter's grad holds its part.
+inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, double label_smoothing) {
+    model.zero_grad();
+    Inputs in = inputs_of(batch, 0, batch.size());
+    model.train(true);
+    Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab), n_seq = batch.size()
+    model.train(false);
+    Matrix d_logits(logits.rows, logits.cols);
+    Loss loss = batch_loss(logits, batch, label_smoothing, d_logits);
+    model.backward(d_logits);  // += into every grad
+    return loss;
+}
+
+// One training step: draw a mini-batch, find this step's rate, take the gradient (zero, forward, loss,
+// backward: above), move every parameter. `last` is the step the schedule decays towards (main.cpp's loop
+// calls this for steps first .. last). Returns the batch's plain loss.
+inline double train_step(Transformer& model, const Dataset& data, const TrainConfig& c, TrainState& state,
+                         long last) {
+    const long step = state.updates + 1;
+    std::vector<Example> batch = data.draw_batch(state.batch_draws, c.batch);  // n_seq = c.batch examples
+    const double lr = scheduled_lr(c.schedule, c.lr, step, last, c.warmup);
+    const Loss loss = gradient_of(model, batch, c.label_smoothing);
+    state.optimizer.update(model, lr, step);
+    state.updates = step;
+    return loss.plain;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Greedy decoding: encode the sources once, then grow each output one token at a time by the argmax
-// of the last position's logits, starting from the START token that teacher forcing used. Each step
-// runs only the newest tokens through the decoder (which keeps the earlier keys and values), many
-// sources together as one stack of rows: the same bits as one at a time over the whole prefix.
-// One decoding step (a step of its own so that --inspect can read each step's maps): the next token of
-// every sequence, the argmax of its newest logits row. `newest` holds each sequence's last token and
-// becomes the chosen one; step 0 reads START.
-inline void decode_step(Transformer& model, const Matrix& memory, const Transformer::Batch& sources,
-                        Transformer::Batch& newest, int step) {
-    Matrix logits = model.decode(newest, memory, sources, step);  // (n_seq, vocab): the newest rows only
+// of the last position's logits, starting from the START token that teacher forcing used. Each position
+// runs only the newest tokens through the decoder, which keeps the earlier keys and values (model.hpp, the
+// decoding cache), many sources together as one stack of rows: the same bits as one at a time over the
+// whole prefix.
+// The next token of every sequence (a function of its own so that --inspect can read each position's maps):
+// the argmax of its newest logits row. `newest` holds each sequence's last token and becomes the chosen one.
+inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
+    Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
     for (std::size_t e = 0; e < newest.size(); e++) {
         int best = 0;
         for (int v = 1; v < logits.cols; v++)
@@ -341,11 +376,11 @@ inline void decode_step(Transformer& model, const Matrix& memory, const Transfor
     }
 }
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources, int length) {
-    Matrix memory = model.encode(sources);  // (n_seq S, d_model), once
+    DecodingCache cache = start_decoding(model, sources);
     Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});  // each sequence's last token
     std::vector<std::vector<int>> decoded(sources.size());
-    for (int step = 0; step < length; step++) {
-        decode_step(model, memory, sources, newest, step);
+    for (int t = 0; t < length; t++) {
+        greedy_next(model, cache, newest);
         for (std::size_t e = 0; e < decoded.size(); e++) decoded[e].push_back(newest[e][0]);
     }
     return decoded;
@@ -353,7 +388,7 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
 
 // ---------------------------------------------------------------------------------------------
 // Beam search (inference only): keep the K likeliest outputs so far of each source (hypotheses), so that a
-// first token that looks worse can still win with what follows. Each step extends every hypothesis by every
+// first token that looks worse can still win with what follows. Each position extends every hypothesis by every
 // token and keeps the K best candidates by score = log_prob / ((5 + length) / 6)^alpha, log_prob the sum of
 // the chosen tokens' log-softmax and the divisor GNMT's length penalty (a longer output sums more negative
 // terms); length counts up to the first PAD, which ends the output, or all tokens. A hypothesis's
@@ -373,35 +408,18 @@ inline int output_length(const std::vector<int>& tokens) {
 inline double length_penalty(int length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
 inline double beam_score(double log_prob, int length, double alpha) { return log_prob / length_penalty(length, alpha); }
 
-// Sequence i of the decoder's stack now continues sequence from[i]: what the decoder kept for each (the keys
-// and values of both attentions: the prefix's and the source's), its source and its source's position rows.
-inline void follow_parents(Transformer& model, Transformer::Batch& sources, const std::vector<int>& from) {
-    for (DecoderBlock& block : model.decoder)
-        for (Matrix* kept : {&block.self_attn.keys, &block.self_attn.values, &block.cross_attn.keys,
-                             &block.cross_attn.values}) {
-            const int rows = kept->rows / int(sources.size());  // each sequence's rows
-            Matrix gathered(int(from.size()) * rows, kept->cols);
-            for (std::size_t i = 0; i < from.size(); i++)
-                std::copy_n(&kept->at(from[i] * rows, 0), std::size_t(rows) * kept->cols, &gathered.at(int(i) * rows, 0));
-            *kept = std::move(gathered);
-        }
-    Transformer::Batch old_sources = sources, old_rows = model.source_rows;
-    sources.clear(), model.source_rows.clear();
-    for (int parent : from) sources.push_back(old_sources[parent]), model.source_rows.push_back(old_rows[parent]);
-}
-
-// Each source's hypotheses after `length` steps, best score first: K of them, or all vocab^length if fewer.
+// Each source's hypotheses after `length` tokens, best score first: K of them, or all vocab^length if fewer.
 // A source starts with one, START alone; its `live` hypotheses sit side by side in the decoder's stack.
 inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, const Transformer::Batch& sources,
                                                         int length, int K, double alpha) {
     const int n = int(sources.size()), vocab = model.config.vocab;
-    Matrix memory = model.encode(sources);  // (n S, d_model), once; from step 1 on the decoder reads what it kept
-    Transformer::Batch srcs = sources, newest(n, {start_token(vocab)});  // each sequence's source and last token
+    DecodingCache cache = start_decoding(model, sources);  // sequence i of its stack is hypothesis i
+    Transformer::Batch newest(n, {start_token(vocab)});      // each hypothesis's last token
     std::vector<Hypothesis> beams(n);  // source e's hypotheses: beams[e live .. (e + 1) live - 1]
     int live = 1;
-    for (int step = 0; step < length; step++) {
-        Matrix logits = model.decode(newest, memory, srcs, step);  // (n live, vocab): the newest rows only
-        const int keep = int(std::min<long>(K, long(live) * vocab));
+    for (int t = 0; t < length; t++) {
+        Matrix logits = newest_logits(model, cache, newest);  // (n live, vocab)
+        const int kept = int(std::min<long>(K, long(live) * vocab));
         std::vector<Hypothesis> next;
         std::vector<int> from;
         for (int e = 0; e < n; e++) {
@@ -422,15 +440,15 @@ inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, cons
             }
             std::stable_sort(candidates.begin(), candidates.end(),
                              [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
-            for (int k = 0; k < keep; k++) {
+            for (int k = 0; k < kept; k++) {
                 const Candidate& c = candidates[k];
                 from.push_back(c.parent);
                 next.push_back({beams[c.parent].tokens, c.log_prob});
                 next.back().tokens.push_back(c.token);
             }
         }
-        follow_parents(model, srcs, from);
-        beams = std::move(next), live = keep;
+        cache.follow(from);
+        beams = std::move(next), live = kept;
         newest.assign(beams.size(), {0});
         for (std::size_t i = 0; i < beams.size(); i++) newest[i][0] = beams[i].tokens.back();
     }
@@ -453,7 +471,7 @@ inline std::vector<std::vector<int>> decode_outputs(Transformer& model, const Tr
 // Many examples are decoded or scored a chunk at a time, as one stack of rows: large products, bounded
 // memory. A forward pass keeps per sequence of length L about n_heads L^2 + 16 L d_model values in each
 // attention layer and 4 L d_ff in each feed-forward; a chunk keeps at most CHUNK_VALUES (48 MB) of them,
-// in 6 to 100 sequences (6 fill matmul_fast's tile of rows at each decoding step).
+// in 6 to 100 sequences (6 fill matmul_fast's tile of rows at each decoding position).
 constexpr double CHUNK_VALUES = 6e6;
 inline std::size_t chunk_size(const ModelConfig& c, int L) {
     double attention_layers = c.enc_layers + 2.0 * c.dec_layers, ffn_layers = c.enc_layers + c.dec_layers;

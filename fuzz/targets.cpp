@@ -26,8 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     std::istringstream in(input);
     try {
 #if defined(FUZZ_CHECKPOINT)
-        Saved saved;
-        read_checkpoint(in, "--load fuzz", saved);
+        DataConfig data;
+        TrainConfig train;
+        TrainState state(train, 1);
+        TrainFile file;
+        read_checkpoint(in, "--load fuzz", data, train, state, file);
 #elif defined(FUZZ_TRAIN_DATA)
         DataConfig data;
         data.min_len = 1;  // variable lengths, so that more lines are valid
@@ -48,9 +51,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         variant_text(o);
         print_help();
 #elif defined(FUZZ_PICTURES)
-        Saved saved;
-        Transformer model = read_checkpoint(in, "--load fuzz", saved);
-        const DataConfig& data = saved.data;
+        DataConfig data;
+        TrainConfig train;
+        TrainState state(train, 1);
+        TrainFile file;
+        Transformer model = read_checkpoint(in, "--load fuzz", data, train, state, file);
         Rng rng(1);
         Example e = make_example(random_digits(rng, data), data);
         std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];

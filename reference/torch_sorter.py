@@ -40,6 +40,15 @@ PAD = 0             # token 0; digits are 1..max_digit and START is V - 1
 MASKED = -1e9       # a blocked attention score is replaced by this, as model.hpp does
 LAYER_NORM_EPS = 1e-5
 TOLERANCE = 1e-9    # --check fails when any difference is larger
+ZERO_ONE = {"1": True, "0": False}  # a yes/no in sorter's files
+
+
+def choose(kind, name, table):
+    """table[name] for a choice such as kind "activation", name "gelu". Every known value is a key of table, so
+    a value sorter learns later fails here, naming itself, instead of running as one the twin already knows."""
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r} (the twin knows {', '.join(map(repr, table))})")
+    return table[name]
 
 
 # =============================================================================================
@@ -56,7 +65,7 @@ class ModelConfig:  # struct ModelConfig
     enc_layers: int = 1
     dec_layers: int = 1
     norm: str = "pre"              # pre | post
-    positions: str = "sinusoidal"  # sinusoidal | learned | none
+    positions: str = "sinusoidal"  # sinusoidal | learned | none (sorter's random the twin does not replay)
     activation: str = "relu"       # relu | gelu
     embed_scale: bool = True
     tie_embeddings: bool = False   # the output projection is the embedding table, transposed
@@ -97,14 +106,17 @@ def sinusoidal_table(max_len, d_model):  # sinusoidal_table(): (max_len, d_model
 
 class Embedding:  # struct Embedding: X[t] = table[token_t] * scale + P[t]; one table for source and target
     def __init__(self, c):
+        if c.positions == "random":  # sorter draws the rows it reads; the twin has no copy of those draws
+            raise ValueError("positions 'random' is sorter's, but the twin does not replay its drawn rows")
         self.table = xavier(c.vocab, c.d_model)                                        # (V, d_model)
         self.learned = xavier(c.max_len, c.d_model) if c.positions == "learned" else None
         self.fixed = sinusoidal_table(c.max_len, c.d_model)                            # never trained
         self.scale = math.sqrt(c.d_model) if c.embed_scale else 1.0
         self.positions = c.positions
+        self.position_rows()  # an unknown positions fails now, when the model is built
 
     def position_rows(self):  # (max_len, d_model), or None: with no positions the model sees a bag of tokens
-        return {"sinusoidal": self.fixed, "learned": self.learned, "none": None}[self.positions]
+        return choose("positions", self.positions, {"sinusoidal": self.fixed, "learned": self.learned, "none": None})
 
     def __call__(self, tokens):  # tokens (B, T) -> X (B, T, d_model)
         X = self.table[tokens] * self.scale  # indexing is a gather; autograd scatter-adds it back
@@ -169,7 +181,7 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
     def __init__(self, c):
         self.layer1 = Linear(c.d_model, c.d_ff, bias=True)  # (d_model -> d_ff)
         self.layer2 = Linear(c.d_ff, c.d_model, bias=True)  # (d_ff -> d_model)
-        self.act = torch.relu if c.activation == "relu" else F.gelu  # F.gelu is x * Phi(x), no tanh
+        self.act = choose("activation", c.activation, {"relu": torch.relu, "gelu": F.gelu})  # F.gelu: x Phi(x), no tanh
 
     def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., d_ff)
         return self.layer2(self.act(self.layer1(x)))
@@ -182,15 +194,15 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
     def __init__(self, c):
         self.norm = LayerNorm(c.d_model)
-        self.where = c.norm
+        self.pre = choose("norm", c.norm, {"pre": True, "post": False})
         self.keep = None  # residual dropout's factors (B, L, d_model) for one replayed step, or None
 
     def input(self, x):  # what f reads
-        return self.norm(x) if self.where == "pre" else x
+        return self.norm(x) if self.pre else x
 
     def output(self, x, f_out):  # the residual sum, normalised afterwards only in post-norm
         total = x + (f_out if self.keep is None else f_out * self.keep)
-        return total if self.where == "pre" else self.norm(total)
+        return total if self.pre else self.norm(total)
 
 
 class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  x, out (B, S, d_model)
@@ -320,26 +332,34 @@ def decays(name):  # train.hpp's decays(): the matrices shrink, not biases, gamm
     return last.startswith("W") or last in ("table", "positions")
 
 
+def sgd_step(params, lr, decay, momentum):  # PyTorch's SGD adds weight_decay to the gradient, so decay is here
+    with torch.no_grad():
+        for n, p in params:
+            if decays(n):
+                p.mul_(1.0 - lr * decay)
+    torch.optim.SGD([p for _, p in params], lr=lr, momentum=momentum).step()
+
+
+def adamw_step(params, lr, decay):  # AdamW's decay is decoupled already; it shrinks only what decays()
+    groups = [{"params": [p for n, p in params if decays(n)], "weight_decay": decay},
+              {"params": [p for n, p in params if not decays(n)], "weight_decay": 0.0}]
+    torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
+
+
 def update(params, lr, training):
     """One step of the checkpoint's optimizer (train.hpp's Optimizer::update) with PyTorch's own pieces:
     clip_grad_norm_, SGD (momentum 0.9), AdamW (betas 0.9, 0.98, eps 1e-9). Decoupled weight decay is AdamW's
     own; for SGD and momentum, whose weight_decay PyTorch adds to the gradient instead, it is written here.
     Returns the gradients' global norm before clipping."""
     clip, decay = float(training.get("clip", 0)), float(training.get("weight_decay", 0))
+    step = choose("optimizer", training.get("optimizer", "sgd"), {  # version 1 has no training section: sgd
+        "sgd": lambda: sgd_step(params, lr, decay, momentum=0.0),
+        "momentum": lambda: sgd_step(params, lr, decay, momentum=0.9),
+        "adam": lambda: adamw_step(params, lr, decay)})
     tensors = [p for _, p in params]
     norm = float(torch.nn.utils.clip_grad_norm_(tensors, clip) if clip > 0 else
                  torch.sqrt(sum((p.grad ** 2).sum() for p in tensors)))
-    kind = training.get("optimizer", "sgd")
-    if kind == "adam":
-        groups = [{"params": [p for n, p in params if decays(n)], "weight_decay": decay},
-                  {"params": [p for n, p in params if not decays(n)], "weight_decay": 0.0}]
-        torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
-        return norm
-    with torch.no_grad():
-        for n, p in params:
-            if decays(n):
-                p.mul_(1.0 - lr * decay)
-    torch.optim.SGD(tensors, lr=lr, momentum=0.9 if kind == "momentum" else 0.0).step()
+    step()
     return norm
 
 
@@ -425,8 +445,8 @@ def config_from_header(h):
     return ModelConfig(vocab=int(h["vocab"]), max_len=int(h["max_len"]), d_model=int(h["d_model"]),
                        n_heads=int(h["n_heads"]), d_ff=int(h["d_ff"]), enc_layers=int(h["enc_layers"]),
                        dec_layers=int(h["dec_layers"]), norm=h["norm"], positions=h["positions"],
-                       activation=h["activation"], embed_scale=h["embed_scale"] == "1",
-                       tie_embeddings=h.get("tie_embeddings") == "1")
+                       activation=h["activation"], embed_scale=choose("embed_scale", h["embed_scale"], ZERO_ONE),
+                       tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE))  # 0 before v3
 
 
 def model_from_checkpoint(ck):
@@ -686,8 +706,10 @@ def speed(args):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="The PyTorch twin of sorter's Transformer.")
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--check", action="store_true", help="compare one training step with ../sorter (make reference)")
-    mode.add_argument("--speed", action="store_true", help="print training examples/s on random sort batches")
+    mode.add_argument("--check", dest="mode", action="store_const", const="check",
+                      help="compare one training step with ../sorter (make reference)")
+    mode.add_argument("--speed", dest="mode", action="store_const", const="speed",
+                      help="print training examples/s on random sort batches")
     p.add_argument("--d-model", type=int, default=16)
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--d-ff", type=int, default=32)
@@ -707,8 +729,12 @@ def main(argv):
     if torch is None:
         print(f"torch_sorter.py: skipped, 'import torch' failed in {sys.executable}. {HOW_TO_GET_TORCH}")
         return 0
-    torch.set_default_dtype(torch.float32 if args.speed and args.dtype == "float32" else torch.float64)
-    return check() if args.check else speed(args)
+    speed_dtype = choose("dtype", args.dtype, {"float64": torch.float64, "float32": torch.float32})
+    run, dtype = choose("mode", args.mode, {
+        "check": (check, torch.float64),  # --check is float64 always: it compares with sorter's doubles
+        "speed": (lambda: speed(args), speed_dtype)})
+    torch.set_default_dtype(dtype)
+    return run()
 
 
 if __name__ == "__main__":

@@ -1,29 +1,20 @@
 // workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state
 // in one plain-text file; and --dump-step, the first training step for make reference.
 //
-// Sections: Saved, what a file keeps besides the model; writing; reading, every value checked (a
-// corrupt file is one line naming its line number, never a crash); --dump-step.
+// Sections: writing; reading, every value checked (a corrupt file is one line naming its line number, never a
+// crash); --dump-step.
 #pragma once
 
 #include <utility>
 
 #include "files.hpp"
 
-// The format, version 2, is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the
-// same bits. The sinusoidal table is computed, not stored. Version 2 adds a training section after the
-// tensors, so --load FILE --steps N goes on where the run stopped (version 1 files still load). Version 3
-// adds the regularisers' lines (header and training), written only when one is on: a model without is
-// version 2, byte for byte as before.
-struct Saved {  // what a checkpoint keeps besides the model
-    DataConfig data;
-    TrainConfig train;    // its steps are not kept: the optimizer counts the updates made
-    Optimizer optimizer;  // that count and, for momentum and Adam, the running means of every tensor
-    Rng draws;            // the training draws, where they stopped (random positions' draws: in the model)
-    long pool_size = 0;   // with --train-data: how many sequences its file held (0: generated data),
-    uint64_t pool_hash = 0;  // and their fingerprint, so that training goes on only with the same file
-    explicit Saved(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
-        : data(d), train(t), optimizer(t.optimizer, t.weight_decay, t.clip), draws(training_rng(seed)) {}  // a new run
-};
+// What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the
+// training settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file.
+// The format is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The
+// sinusoidal table is computed, not stored. Version 2 adds a training section after the tensors, so --load FILE
+// --steps N goes on where the run stopped (version 1 files still load). Version 3 adds the regularisers' lines
+// (header and training), written only when one is on: a model without is version 2, byte for byte as before.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
@@ -43,10 +34,9 @@ inline bool needs_version_3(const ModelConfig& c, const TrainConfig& t) {  // a 
     return c.tie_embeddings || c.dropout > 0 || c.attn_dropout > 0 || t.label_smoothing > 0 || t.clip > 0 ||
            t.weight_decay > 0;
 }
-inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) {  // the whole file
+inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
+                             const TrainState& state, const TrainFile& file) {  // the whole file
     const ModelConfig& c = model.config;
-    const DataConfig& d = saved.data;
-    const TrainConfig& t = saved.train;
     const bool v3 = needs_version_3(c, t);
     std::fprintf(f, "sorter-checkpoint %d\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
                  "dec_layers %d\n", v3 ? 3 : 2, c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers,
@@ -65,16 +55,16 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
         write_matrix(f, p->value);
     }
-    const Optimizer& opt = saved.optimizer;
+    const Optimizer& opt = state.optimizer;
     std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n"
                  "position_draws %llu\n", OPTIMIZER_NAMES[int(opt.kind)].c_str(), t.lr,
-                 SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, opt.t,
-                 (unsigned long long)saved.draws.state, (unsigned long long)model.position_draws.state);
+                 SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, state.updates,
+                 (unsigned long long)state.batch_draws.state, (unsigned long long)model.position_draws.state);
     if (v3)
         std::fprintf(f, "dropout_draws %llu\nlabel_smoothing %.17g\nclip %.17g\nweight_decay %.17g\n",
                      (unsigned long long)model.dropout_draws.state, t.label_smoothing, t.clip, t.weight_decay);
-    if (saved.pool_size > 0)  // only after --train-data: files of generated data are as they were
-        std::fprintf(f, "train_data %ld %llu\n", saved.pool_size, (unsigned long long)saved.pool_hash);
+    if (file.lines > 0)  // only after --train-data: files of generated data are as they were
+        std::fprintf(f, "train_data %ld %llu\n", file.lines, (unsigned long long)file.fingerprint);
     for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, opt.m[k]);
@@ -84,7 +74,8 @@ inline void write_checkpoint(FILE* f, Transformer& model, const Saved& saved) { 
     }
     std::fprintf(f, "end\n");
 }
-inline void save_checkpoint(const std::string& path, Transformer& model, const Saved& saved) {  // --save FILE
+inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
+                            const TrainState& state, const TrainFile& file) {  // --save FILE
     // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
     // written unreadable.
     for (auto& [name, p] : model.parameters())
@@ -95,7 +86,7 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const S
                 fail("--save " + path + ": tensor '" + name + fmt("' holds a value beyond %g (training diverged); "
                                                                   "not saved", MAX_STORED));
         }
-    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, saved); });
+    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, file); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,9 +183,9 @@ inline void read_values(WordReader& r, const std::string& what, Matrix& m,
 
 // Version 2's training section, after the tensors: the settings, the optimizer's update count and
 // running means (none for SGD, none before the first update), and the training draws.
-inline void read_training(WordReader& r, Transformer& model, Saved& saved, bool v3) {
-    TrainConfig& t = saved.train;
-    Optimizer& opt = saved.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
+inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, TrainState& state, TrainFile& file,
+                          bool v3) {
+    Optimizer& opt = state.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
     std::string lr = r.value_of("lr");
     if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR)
         r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
@@ -202,8 +193,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved, bool 
     t.schedule = Schedule(r.choice("schedule", SCHEDULE_NAMES));
     t.warmup = r.whole("warmup", 1, MAX_STEPS);
     t.batch = int(r.whole("batch", 1, MAX_BATCH));
-    opt.t = r.whole("updates", 0, MAX_STEPS * 1000);
-    saved.draws.state = r.whole_u64("draws");  // the generators' states
+    state.updates = r.whole("updates", 0, MAX_STEPS * 1000);
+    state.batch_draws.state = r.whole_u64("draws");  // the generators' states
     model.position_draws.state = r.whole_u64("position_draws");
     if (v3) {  // the regularisers
         model.dropout_draws.state = r.whole_u64("dropout_draws");
@@ -215,12 +206,12 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved, bool 
     std::string w = r.next();
     if (w == "train_data") {  // only a model trained on a --train-data file: its size and fingerprint
         r.put_back(w);
-        saved.pool_size = r.whole("train_data", 1, MAX_TRAIN_LINES);
-        saved.pool_hash = r.whole_u64("", r.line);
+        file.lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
+        file.fingerprint = r.whole_u64("", r.line);
     } else {
         r.put_back(w);
     }
-    if (opt.t == 0 || opt.kind == OptimizerKind::sgd) return;
+    if (state.updates == 0 || opt.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
         opt.m.emplace_back(p->value.rows, p->value.cols);
         if (opt.kind == OptimizerKind::adam) opt.s.emplace_back(p->value.rows, p->value.cols);
@@ -228,8 +219,8 @@ inline void read_training(WordReader& r, Transformer& model, Saved& saved, bool 
             if (which[0] == 's' && opt.kind != OptimizerKind::adam) continue;
             std::string w = r.expect(std::string(which) + " of '" + name + "'");
             if (w == "end")
-                r.error(fmt("the optimizer's running means are missing: after %ld updates, %s keeps ", opt.t,
-                            OPTIMIZER_TITLES[int(opt.kind)].c_str()) +
+                r.error(fmt("the optimizer's running means are missing: after %ld updates, %s keeps ", state.updates,
+                            OPTIMIZERS[int(opt.kind)].title.c_str()) +
                         (opt.kind == OptimizerKind::adam ? "'m' and 's'" : "'m'") + " for every tensor, from '" +
                         which + " " + name + "' on");
             std::string got = r.expect("a tensor name");
@@ -320,8 +311,10 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
     }
 }
 
-// The model a checkpoint holds; its data settings and training into `saved`. `where` begins every message.
-inline Transformer read_checkpoint(std::istream& in, const std::string& where, Saved& saved) {
+// The model a checkpoint holds; its data settings, training settings and state and its training file into the
+// other arguments. `where` begins every message.
+inline Transformer read_checkpoint(std::istream& in, const std::string& where, DataConfig& d, TrainConfig& t,
+                                   TrainState& state, TrainFile& file) {
     WordReader r{in, where, 1, ""};
     std::string magic = r.next();
     if (magic != "sorter-checkpoint")
@@ -330,34 +323,35 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, S
     if (version != "1" && version != "2" && version != "3")
         r.error("format version " + version + " is not supported (this program reads versions 1, 2 and 3)");
     ModelConfig c;
-    DataConfig d;
     read_header(r, c, d, version == "3");
     long count = r.whole("tensors", 1, 1000);
     check_room_for(r, c);
     Transformer model(c, 0);
     read_tensors(r, model, count);
-    saved = Saved(d);  // version 1: no training kept, so --steps starts afresh with the training flags' defaults
+    t = TrainConfig(), state = TrainState(t, 1), file = TrainFile();  // version 1 keeps no training: --steps starts
+                                                                     // afresh with the training flags' defaults
     std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
     if (w.empty()) r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
     if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
-    if (version != "1") read_training(r, model, saved, version == "3");
+    if (version != "1") read_training(r, model, t, state, file, version == "3");
     if (version != "1") w = r.expect("'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
     if (!w.empty()) r.error("unexpected '" + w + "' after 'end'");
     return model;
 }
-inline Transformer load_checkpoint(const std::string& path, Saved& saved) {  // --load FILE
+inline Transformer load_checkpoint(const std::string& path, DataConfig& d, TrainConfig& t, TrainState& state,
+                                   TrainFile& file) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
-    return read_checkpoint(in, "--load " + path, saved);
+    return read_checkpoint(in, "--load " + path, d, t, state, file);
 }
 
 
 // ---------------------------------------------------------------------------------------------
 // --dump-step FILE: the first step before its update, for reference/torch_sorter.py: lr, each example and
-// its logits, dropout's masks (when on), the loss (summed in train_step's order, so the same to the last bit; label-smoothed when smoothing
-// is on, as PyTorch's loss is), the model as a checkpoint (its training section: the optimizer and regularisers).
+// its logits, dropout's masks (when on), the loss (batch_loss's, as train_step sums it, so the same to the last
+// bit; label-smoothed when smoothing is on, as PyTorch's loss is), the model as a checkpoint.
 inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
     std::vector<std::string> words;
     for (int t : tokens) words.push_back(std::to_string(t));
@@ -391,21 +385,21 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
     return masks;
 }
 inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
-                      const Saved& saved) {
+                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const TrainFile& file) {
     Inputs in = inputs_of(batch, 0, batch.size());
     const Rng masks = model.dropout_draws;  // the step will draw the same masks again from here
-    model.training = true;                  // as train_step runs the batch: one stack of rows, dropout on
+    model.train(true);                      // as train_step runs the batch: one stack of rows, dropout on
     Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab)
-    model.training = false;
+    model.train(false);
     model.dropout_draws = masks;
+    Matrix unused(logits.rows, logits.cols);  // the gradient, not needed here
+    const Loss loss = batch_loss(logits, batch, t.label_smoothing, unused);
     const int T = logits.rows / int(batch.size());
     write_atomically(path, "--dump-step", [&](FILE* f) {
         std::fprintf(f, "sorter-step 1\nlr %.17g\nexamples %zu\n", lr, batch.size());
-        double loss = 0.0, weight = 1.0 / double(batch.size());
         for (std::size_t i = 0; i < batch.size(); i++) {
             const Example& e = batch[i];
-            Matrix logits_e = take_block(logits, int(i) * T, T, 0, logits.cols), unused(T, logits.cols);
-            loss += weight * cross_entropy(logits_e, e.target, weight, unused, saved.train.label_smoothing);
+            Matrix logits_e = take_block(logits, int(i) * T, T, 0, logits.cols);
             std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i,
                          ids_text(e.source).c_str(), ids_text(e.target_in).c_str(), ids_text(e.target).c_str(),
                          logits_e.rows, logits_e.cols);
@@ -417,7 +411,7 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
             std::fprintf(f, "mask %s %d %d\n", name.c_str(), keep.rows, keep.cols);
             write_matrix(f, keep);
         }
-        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss);
-        write_checkpoint(f, model, saved);
+        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss.followed);  // the loss training follows
+        write_checkpoint(f, model, d, t, state, file);
     });
 }

@@ -11,11 +11,11 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     Transformer model = small_trained_model(c, d);
     TempDir dir("roundtrip");
     std::string path = dir.file("model.txt");
-    save_checkpoint(path, model, Saved{d});
+    save_kept(path, model, Kept{d});
     CHECK(dir.listing() == std::vector<std::string>{"model.txt"});  // no temporary left behind
 
-    Saved saved;
-    Transformer loaded = load_checkpoint(path, saved);
+    Kept saved;
+    Transformer loaded = load_kept(path, saved);
     const DataConfig& d2 = saved.data;
     CHECK(d2.task == d.task);
     CHECK(d2.seq_len == d.seq_len);
@@ -43,7 +43,7 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     }
     // Saving the loaded model writes the same bytes.
     std::string again = dir.file("again.txt");
-    save_checkpoint(again, loaded, Saved{d2});
+    save_kept(again, loaded, Kept{d2});
     CHECK(read_all(again) == read_all(path));
 }
 
@@ -78,26 +78,26 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
         t.lr = kind == OptimizerKind::adam ? 0.01 : 0.1;
         t.batch = 3;
         if (run.regularised) t.label_smoothing = 0.1, t.clip = 0.5, t.weight_decay = 0.1;
-        auto train = [&](Transformer& model, Saved& saved, int steps) {
-            for (int step = 0; step < steps; step++)
-                train_step(model, data.draw_batch(saved.draws, t.batch), t.lr, saved.optimizer, t.label_smoothing);
+        t.schedule = Schedule::constant;
+        auto train = [&](Transformer& model, Kept& saved, int steps) {
+            for (int step = 0; step < steps; step++) train_step(model, data, saved.train, saved.state, 24);
         };
         Transformer straight(c, 9), halves(c, 9);
-        Saved straight_saved(d, t, 4), first_half(d, t, 4);
+        Kept straight_saved(d, t, 4), first_half(d, t, 4);
         train(straight, straight_saved, 24);
         train(halves, first_half, 12);
-        save_checkpoint(dir.file("half.txt"), halves, first_half);
+        save_kept(dir.file("half.txt"), halves, first_half);
         CHECK(read_all(dir.file("half.txt")).rfind(run.regularised ? "sorter-checkpoint 3\n" : "sorter-checkpoint 2\n", 0) == 0);
-        Saved second_half;
-        Transformer loaded = load_checkpoint(dir.file("half.txt"), second_half);
-        CHECK(second_half.optimizer.t == 12);
+        Kept second_half;
+        Transformer loaded = load_kept(dir.file("half.txt"), second_half);
+        CHECK(second_half.state.updates == 12);
         CHECK(second_half.train.optimizer == kind);
         CHECK(second_half.train.batch == 3);
         CHECK((second_half.train.label_smoothing == t.label_smoothing && second_half.train.clip == t.clip &&
                second_half.train.weight_decay == t.weight_decay));
-        CHECK((second_half.optimizer.clip == t.clip && second_half.optimizer.weight_decay == t.weight_decay));
+        CHECK((second_half.state.optimizer.clip == t.clip && second_half.state.optimizer.weight_decay == t.weight_decay));
         train(loaded, second_half, 12);
-        CHECK(second_half.optimizer.t == 24);
+        CHECK(second_half.state.updates == 24);
         CHECK(loaded.position_draws.state == straight.position_draws.state);
         if (run.regularised) CHECK(loaded.dropout_draws.state == straight.dropout_draws.state);  // v3 keeps them
         CHECK((loaded.config.dropout == c.dropout && loaded.config.attn_dropout == c.attn_dropout));
@@ -109,15 +109,15 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
     }
     // A version 1 file (no training section) loads the same model, with a fresh optimizer.
     Transformer model(c, 9);
-    std::string v2 = checkpoint_text(model, Saved(d));
+    std::string v2 = checkpoint_text(model, Kept(d));
     std::string v1 = replace_once(v2, "sorter-checkpoint 2", "sorter-checkpoint 1");
     v1 = v1.substr(0, v1.find("training\n")) + "end\n";
     CHECK(load_error(v1) == "");
     std::istringstream in(v1);
-    Saved saved;
-    saved.optimizer.t = 5;
-    Transformer old = read_checkpoint(in, "v1", saved);
-    CHECK(saved.optimizer.t == 0);
+    Kept saved;
+    saved.state.updates = 5;
+    Transformer old = read_kept(in, "v1", saved);
+    CHECK(saved.state.updates == 0);
     CHECK(old.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
     CHECK(contains(load_error(replace_once(v1, "end\n", "training\nend\n")), "expected 'end', found 'training'"));
 }
@@ -126,9 +126,9 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
     ModelConfig c;
     DataConfig d;
     Transformer model = small_trained_model(c, d);
-    Saved trained(d);  // as after 20 SGD steps of batch 5
+    Kept trained(d);  // as after 20 SGD steps of batch 5
     trained.train.batch = 5;
-    trained.optimizer.t = 20;
+    trained.state.updates = 20;
     const std::string good = checkpoint_text(model, trained);
     REQUIRE(load_error(good) == "");
 
@@ -200,7 +200,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
     // Version 3: the regularisers' lines, each checked.
     Transformer regularised = model;
     regularised.config.dropout = 0.1;
-    Saved settings = trained;
+    Kept settings = trained;
     settings.train.label_smoothing = 0.1, settings.train.weight_decay = 0.5;
     const std::string v3 = checkpoint_text(regularised, settings);
     REQUIRE(load_error(v3) == "");
@@ -219,9 +219,10 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         for (const std::string& part : k.must_say) CHECK(contains(message, part));
     }
     // Momentum's running means follow, one a tensor in the order of the tensors.
-    Saved with_momentum(d);
-    with_momentum.optimizer = Optimizer(OptimizerKind::momentum);
-    with_momentum.optimizer.update(model, 0.0);  // one update at rate 0: running means of the zero grads
+    Kept with_momentum(d);
+    with_momentum.state.optimizer = Optimizer(OptimizerKind::momentum);
+    with_momentum.state.optimizer.update(model, 0.0, 1);
+    with_momentum.state.updates = 1;  // one update at rate 0: running means of the zero grads
     const std::string momentum = checkpoint_text(model, with_momentum);
     REQUIRE(load_error(momentum) == "");
     CHECK(contains(load_error(momentum.substr(0, momentum.size() - 40)), "truncated"));
@@ -231,8 +232,8 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
     // The line number points at the problem.
     CHECK(contains(load_error(replace_once(good, "d_model 8", "d_model 0")), "line 4:"));
 
-    Saved saved;
-    CHECK_THROWS_AS(load_checkpoint("/nonexistent/model.txt", saved), UsageError);
+    Kept saved;
+    CHECK_THROWS_AS(load_kept("/nonexistent/model.txt", saved), UsageError);
 }
 
 // The line counter is 64 bits: a file of 2^31 newlines (2 GB) once overflowed an int, undefined
@@ -253,7 +254,7 @@ TEST_CASE("checkpoint: a position table longer than the inputs (--test-len) roun
     c.max_len = d.seq_len + 3;
     c.positions = Positions::learned;
     Transformer model(c, 4);
-    std::string text = checkpoint_text(model, Saved(d));
+    std::string text = checkpoint_text(model, Kept(d));
     CHECK(load_error(text).empty());
     CHECK(contains(load_error(replace_once(text, "max_len " + std::to_string(c.max_len), "max_len 2")),
                    "max_len 2 is below seq_len"));
@@ -276,10 +277,10 @@ TEST_CASE("checkpoint: a header too big for its file is refused before allocatin
                          "enc_layers 8\ndec_layers 8\nnorm pre\npositions learned\nactivation relu\nembed_scale 1\n"
                          "task sort\nseq_len 32\nmin_len 32\nmax_digit 99\ntensors 171\ntensor embed.table 101 256\n";
     std::istringstream in(header);
-    Saved saved;
+    Kept saved;
     std::string message;
     try {
-        read_checkpoint(in, "--load big.txt", saved);
+        read_kept(in, "--load big.txt", saved);
     } catch (const UsageError& e) {
         message = e.message;
     }
@@ -294,7 +295,8 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     Rng rng(4);
     std::vector<Example> batch = data.draw_batch(rng, 3);
     TempDir dir("dump");
-    dump_step(dir.file("step.txt"), model, batch, 0.25, Saved{d});
+    const Kept kept{d};
+    dump_step(dir.file("step.txt"), model, batch, 0.25, kept.data, kept.train, kept.state, kept.file);
     std::istringstream in(read_all(dir.file("step.txt")));
     std::string word, loss_text;
     in >> word >> word;
@@ -327,12 +329,11 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     in >> word >> loss_text >> word;
     CHECK(word == "checkpoint");
     std::string rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    Saved loaded;
+    Kept loaded;
     std::istringstream checkpoint(rest);
-    Transformer before = read_checkpoint(checkpoint, "the dump", loaded);
+    Transformer before = read_kept(checkpoint, "the dump", loaded);
     CHECK(before.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
-    Optimizer sgd;
-    CHECK(std::strtod(loss_text.c_str(), nullptr) == train_step(model, batch, 0.25, sgd));
+    CHECK(std::strtod(loss_text.c_str(), nullptr) == gradient_of(model, batch, 0.0).followed);
 }
 
 
@@ -344,7 +345,7 @@ TEST_CASE("checkpoint: a model read from a real pipe is the model read from the 
     DataConfig d;
     Transformer model = small_trained_model(c, d);
     TempDir dir("pipe");
-    save_checkpoint(dir.file("m.txt"), model, Saved(d));
+    save_kept(dir.file("m.txt"), model, Kept(d));
     const std::string text = read_all(dir.file("m.txt"));
     REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
     pid_t writer = fork();
@@ -352,15 +353,15 @@ TEST_CASE("checkpoint: a model read from a real pipe is the model read from the 
         std::ofstream(dir.file("fifo"), std::ios::binary) << text;
         _exit(0);
     }
-    Saved from_pipe, from_file;
+    Kept from_pipe, from_file;
     std::string error;
     try {
-        Transformer piped = load_checkpoint(dir.file("fifo"), from_pipe);
-        Transformer filed = load_checkpoint(dir.file("m.txt"), from_file);
+        Transformer piped = load_kept(dir.file("fifo"), from_pipe);
+        Transformer filed = load_kept(dir.file("m.txt"), from_file);
         auto a = piped.parameters(), b = filed.parameters();
         REQUIRE(a.size() == b.size());
         for (std::size_t i = 0; i < a.size(); i++) CHECK(a[i].second->value.data == b[i].second->value.data);
-        CHECK(from_pipe.draws.state == from_file.draws.state);
+        CHECK(from_pipe.state.batch_draws.state == from_file.state.batch_draws.state);
     } catch (const UsageError& e) {
         error = e.message;
     }
@@ -378,8 +379,8 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     Dataset data(d, {}, 20, 5);
     TrainConfig adam;
     adam.optimizer = OptimizerKind::adam;
-    Saved saved(d, adam, 1);
-    for (long step = 1; step <= 3; step++) training_loop_step(model, data, adam, saved.optimizer, saved.draws, step, 3);
+    Kept saved(d, adam, 1);
+    for (long step = 1; step <= 3; step++) train_step(model, data, adam, saved.state, 3);
     const std::string good = checkpoint_text(model, saved);
     REQUIRE(load_error(good) == "");
     auto changed = [&](const std::string& line_start, const std::string& value) {  // the first value after line_start
@@ -402,7 +403,7 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     TempDir dir("beyond");
     std::string error;
     try {
-        save_checkpoint(dir.file("m.txt"), model, saved);
+        save_kept(dir.file("m.txt"), model, saved);
     } catch (const UsageError& e) {
         error = e.message;
     }

@@ -70,11 +70,11 @@ TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind")
     TempDir dir("atomic");
     // The target is a directory: the write of the temporary succeeds, the rename fails.
     std::filesystem::create_directory(dir.path / "taken");
-    CHECK_THROWS_AS(save_checkpoint(dir.file("taken"), model, Saved{d}), UsageError);
+    CHECK_THROWS_AS(save_kept(dir.file("taken"), model, Kept{d}), UsageError);
     CHECK(dir.listing() == std::vector<std::string>{"taken"});
     // The directory does not exist: nothing can be written at all.
     try {
-        save_checkpoint(dir.file("missing/model.txt"), model, Saved{d});
+        save_kept(dir.file("missing/model.txt"), model, Kept{d});
         FAIL("saved into a missing directory");
     } catch (const UsageError& e) {
         CHECK(contains(e.message, "--save"));
@@ -82,12 +82,12 @@ TEST_CASE("atomic writes: a failed save leaves no file and no temporary behind")
     }
     CHECK(dir.listing() == std::vector<std::string>{"taken"});
     // Overwriting an existing checkpoint replaces it whole.
-    save_checkpoint(dir.file("m.txt"), model, Saved{d});
+    save_kept(dir.file("m.txt"), model, Kept{d});
     std::string first = read_all(dir.file("m.txt"));
     Transformer other(c, 2);
-    save_checkpoint(dir.file("m.txt"), other, Saved{d});
+    save_kept(dir.file("m.txt"), other, Kept{d});
     CHECK(read_all(dir.file("m.txt")) != first);
-    CHECK(read_all(dir.file("m.txt")) == checkpoint_text(other, Saved(d)));
+    CHECK(read_all(dir.file("m.txt")) == checkpoint_text(other, Kept(d)));
 }
 
 // --dump-step writes what reference/torch_sorter.py recomputes: the batch, each example's logits
@@ -103,7 +103,7 @@ TEST_CASE("atomic writes: links, pipes and modes") {
     std::filesystem::create_symlink(dir.file("target.txt"), dir.file("link.txt"));
     auto save_error = [&](const std::string& path) {
         try {
-            save_checkpoint(path, model, Saved{});
+            save_kept(path, model, Kept{});
             return std::string();
         } catch (const UsageError& e) {
             return e.message;
@@ -120,7 +120,7 @@ TEST_CASE("atomic writes: links, pipes and modes") {
 
     std::ofstream(dir.file("private.txt")) << "old\n";
     REQUIRE(chmod(dir.file("private.txt").c_str(), 0600) == 0);
-    save_checkpoint(dir.file("private.txt"), model, Saved{});
+    save_kept(dir.file("private.txt"), model, Kept{});
     struct stat st{};
     REQUIRE(stat(dir.file("private.txt").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);

@@ -139,22 +139,22 @@ inline double exact_match_without_head(Transformer& model, MultiHeadAttention& a
     attn.W_o.W.value = kept;
     return exact;
 }
-// The pointer check's counts: hits[l * n_heads + h] steps where decoder.l's head h pointed at the digit.
+// The pointer check's counts: hits[l * n_heads + h] positions where decoder.l's head h pointed at the digit.
 inline long pointer_hits(Transformer& model, const std::vector<Example>& held_out, std::vector<long>& hits) {
     const int n_heads = model.config.n_heads, layers = int(model.decoder.size());
     hits.assign(std::size_t(layers) * n_heads, 0);
-    long steps = 0;
+    long emitted = 0;  // the positions that emit a digit
     const std::size_t n = chunk_size(model.config, int(held_out[0].target.size()));
     for (std::size_t chunk = 0; chunk < held_out.size(); chunk += n) {  // greedy decoding, step by step
         Transformer::Batch sources = inputs_of(held_out, chunk, n).sources;
-        Matrix memory = model.encode(sources);
+        DecodingCache cache = start_decoding(model, sources);
         Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});
-        for (int step = 0; step < int(held_out[chunk].target.size()); step++) {
-            decode_step(model, memory, sources, newest, step);  // this step's maps are in the heads now
+        for (int t = 0; t < int(held_out[chunk].target.size()); t++) {
+            greedy_next(model, cache, newest);  // this position's maps are in the heads now
             for (std::size_t e = 0; e < newest.size(); e++) {
                 int chosen = newest[e][0];
                 if (chosen == PAD || chosen == start_token(model.config.vocab)) continue;
-                steps++;
+                emitted++;
                 for (int l = 0; l < layers; l++)
                     for (int h = 0; h < n_heads; h++) {
                         const Matrix& P = model.decoder[l].cross_attn.heads[e * n_heads + h].P;  // (1, S)
@@ -164,7 +164,7 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
             }
         }
     }
-    return steps;
+    return emitted;
 }
 inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
     if (held_out.empty()) {  // a score of nothing would read 0.0%

@@ -127,6 +127,12 @@ Flag path_flag(const std::string& name, const std::string& value, const std::str
     return {name, value, help, fixed, [=](Options& o, Args& a) { member(o, m) = a.value(help); },
             [=](const Options& o) { return member(o, m).empty() ? "" : name + " " + member(o, m); }};
 }
+inline std::string default_lr_text() {  // "0.2; 0.02 with momentum, 0.001 with adam": each optimizer's row
+    std::string text = fmt("%g", OPTIMIZERS[0].default_lr);
+    for (std::size_t k = 1; k < OPTIMIZERS.size(); k++)
+        text += fmt("%s%g with %s", k == 1 ? "; " : ", ", OPTIMIZERS[k].default_lr, OPTIMIZERS[k].name.c_str());
+    return text;
+}
 inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the groups of --help
     using O = Options; using M = ModelConfig; using D = DataConfig; using R = TrainConfig;  // short: rows fit
     using B = DecodeConfig;
@@ -153,8 +159,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                        "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0,
                        MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
-            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %g; %g with momentum, %g with adam)",
-                              MAX_LR, DEFAULT_LR[0], DEFAULT_LR[1], DEFAULT_LR[2]), true,
+            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s)", MAX_LR, default_lr_text().c_str()),
+             true,
              [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
              [](const O& o) { return fmt("--lr %g", o.train.lr); }},
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
@@ -307,7 +313,7 @@ inline Options parse_options(int argc, char** argv) {
         fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
                  m.d_model));
     if (!was_given("--lr"))
-        o.train.lr = DEFAULT_LR[int(o.train.optimizer)];
+        o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
                  "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));
@@ -357,9 +363,8 @@ inline std::string decoding_text(const DecodeConfig& d) {
     return d.beam == 1 ? "" : fmt("decoding: beam search, beam %d, length penalty %g\n", d.beam, d.length_penalty);
 }
 // "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
-const std::vector<std::string> OPTIMIZER_TITLES = {"SGD", "momentum", "Adam"};  // OPTIMIZER_NAMES, as titles
 inline std::string optimizer_text(const Options& o) {
-    std::string text = fmt("%s lr %g, schedule %s", OPTIMIZER_TITLES[int(o.train.optimizer)].c_str(), o.train.lr,
+    std::string text = fmt("%s lr %g, schedule %s", OPTIMIZERS[int(o.train.optimizer)].title.c_str(), o.train.lr,
                            SCHEDULE_NAMES[int(o.train.schedule)].c_str());
     return o.train.schedule == Schedule::warmup ? text + fmt(" %ld", o.train.warmup) : text;
 }

@@ -118,7 +118,7 @@ TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     model.out.b.value.at(0, 3) = std::nan("");
     TempDir dir("diverged");
     try {
-        save_checkpoint(dir.file("m.txt"), model, Saved{d});
+        save_kept(dir.file("m.txt"), model, Kept{d});
         FAIL("a model holding nan was saved");
     } catch (const UsageError& e) {
         CHECK(contains(e.message, "tensor 'out.b' holds nan or inf"));

@@ -15,11 +15,10 @@
 inline double examples_per_second(const Options& o, double seconds) {
     Dataset data(o.data, {}, 0);
     Transformer model(o.model, 1);
-    Rng rng = training_rng(1);
-    Optimizer optimizer(o.train.optimizer, o.train.weight_decay, o.train.clip);
-    auto step = [&] {
-        train_step(model, data.draw_batch(rng, o.train.batch), o.train.lr, optimizer, o.train.label_smoothing);
-    };
+    TrainState state(o.train, 1);
+    TrainConfig constant = o.train;  // one rate throughout: the steps go on for as long as the clock says
+    constant.schedule = Schedule::constant;
+    auto step = [&] { train_step(model, data, constant, state, MAX_STEPS); };
     for (auto t0 = Clock::now(); seconds_since(t0) < 0.1 * seconds;) step();
     long steps = 0;
     auto t0 = Clock::now();
@@ -61,8 +60,7 @@ inline void run_speed(const Options& o) {  // --speed: two lines for make compar
 inline void time_to_accuracy(const Options& o) {
     Dataset data(o.data);
     Transformer model(o.model, o.seed);
-    Rng rng = training_rng(o.seed);
-    Optimizer optimizer(o.train.optimizer);
+    TrainState state(o.train, o.seed);
     double train_seconds = 0.0, decode_seconds = 0.0, targets[] = {0.99, 1.0};
     long decoded = 0;
     int reached = 0;  // how many of the targets
@@ -70,7 +68,7 @@ inline void time_to_accuracy(const Options& o) {
                 data.held_out.size(), o.train.batch, optimizer_text(o).c_str(), (unsigned long long)o.seed);
     for (long step = 1; step <= o.train.steps && reached < 2; step++) {
         auto t0 = Clock::now();
-        training_loop_step(model, data, o.train, optimizer, rng, step, o.train.steps);
+        train_step(model, data, o.train, state, o.train.steps);
         train_seconds += seconds_since(t0);
         if (step % 100 != 0) continue;
         auto t1 = Clock::now();

@@ -99,25 +99,45 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     c.embed_scale = false;
     Transformer model(c, 3);
     Dataset data(d, {}, 20, 5);
-    Rng rng(9);
-    Optimizer sgd;
-    for (int step = 0; step < 3; step++) train_step(model, data.draw_batch(rng, 4), 0.1, sgd);
+    TrainConfig t;
+    t.batch = 4, t.lr = 0.1, t.schedule = Schedule::constant;
+    TrainState state(t, 9);
+    for (int step = 0; step < 3; step++) train_step(model, data, t, state, 3);
     return model;
 }
 
-inline std::string checkpoint_text(Transformer& model, const Saved& saved) {
+// What a checkpoint keeps besides the model, in one value for the tests (main.cpp holds the parts apart): a new
+// run's, by default.
+struct Kept {
+    DataConfig data;
+    TrainConfig train;
+    TrainState state;
+    TrainFile file;
+    explicit Kept(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
+        : data(d), train(t), state(t, seed) {}
+};
+inline void save_kept(const std::string& path, Transformer& model, const Kept& k) {
+    save_checkpoint(path, model, k.data, k.train, k.state, k.file);
+}
+inline Transformer read_kept(std::istream& in, const std::string& where, Kept& k) {
+    return read_checkpoint(in, where, k.data, k.train, k.state, k.file);
+}
+inline Transformer load_kept(const std::string& path, Kept& k) {
+    return load_checkpoint(path, k.data, k.train, k.state, k.file);
+}
+inline std::string checkpoint_text(Transformer& model, const Kept& k) {
     TempDir dir("ckpt-text");
     std::string path = dir.file("model.txt");
-    save_checkpoint(path, model, saved);
+    save_kept(path, model, k);
     return read_all(path);
 }
 
 // Load checkpoint text; returns the error message, or "" when it loaded.
 inline std::string load_error(const std::string& text) {
     std::istringstream in(text);
-    Saved saved;
+    Kept kept;
     try {
-        read_checkpoint(in, "--load model.txt", saved);
+        read_kept(in, "--load model.txt", kept);
         return "";
     } catch (const UsageError& e) {
         return e.message;
