@@ -203,9 +203,7 @@ inline int run(Options o) {
     if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, file);
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
-        check_train_data(o.load_path, o.train_data_path, file, pool,
-                         o.train.steps > 0 || o.sort_words.empty() || o.inspect || o.test_len > 0 ||
-                         !o.report_path.empty());
+        check_train_data(o.load_path, o.train_data_path, file, pool, reads_held_out(o));
     file = {long(pool.size()), pool.empty() ? 0 : pool_fingerprint(pool)};
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();

@@ -38,7 +38,7 @@ struct Matrix {
 };
 
 // A learned tensor and the gradient of the loss with respect to it, always the same shape.
-// Training zeroes grad, backward passes add (+=) into it, and SGD reads it.
+// Training zeroes grad, backward passes add (+=) into it, and the optimizer reads it.
 struct Param {
     Matrix value, grad;
     Param() = default;

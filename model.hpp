@@ -9,15 +9,16 @@
 // Legend as in matrix.hpp: a mini-batch of n_seq sequences runs as one stack of rows (sequence e owns rows
 // e*S .. of the encoder's matrices, e*T .. of the decoder's), so shapes read (n_seq T, d_model).
 // Sections: Linear; Dropout; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
-// Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer. Skip on a first reading:
-// Positions::random (position_rows, hash_of) and the decoding cache (KV, keys, values, next_row, ...).
+// Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer; decoding with a cache (inference
+// only). Skip on a first reading: Positions::random (position_rows, hash_of, target_row) and the last section.
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
 // variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
 // output projection. Token ids: PAD = 0, digits 1..max_digit, START = vocab - 1 (train.hpp says how
-// the task uses them). The exercise switches (post-norm, learned or no positions, GELU, no
-// embedding scale) each change one place: Sublayer, Embedding, FeedForward; so do the paper's extras,
-// all off by default: dropout (in training only), and tied embeddings (Transformer::output).
+// the task uses them). Where each switch acts, every one off by default: post-norm in Sublayer; learned, no
+// or random positions and no embedding scale in Embedding; GELU in FeedForward; and the paper's extras:
+// dropout, in training only, on the embeddings (Transformer), on every sublayer's output (Sublayer) and on
+// the attention weights (attention); tied embeddings in Transformer::output.
 #pragma once
 
 #include <string>
@@ -89,12 +90,12 @@ struct Linear {
 // ---------------------------------------------------------------------------------------------
 // Dropout, inverted as PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
 // 1 / (1 - p), so every entry keeps its expected value and evaluation needs nothing. keep (n, d) saves each
-// factor for backward; off (draws nullptr, as outside training, or p 0), keep is empty and x comes back.
-inline Matrix dropout(Matrix x, double p, Rng* draws, Matrix& keep) {
-    keep = draws && p > 0.0 ? Matrix(x.rows, x.cols) : Matrix();
+// factor for backward; off (dropout_draws nullptr, as outside training, or p 0), keep is empty and x comes back.
+inline Matrix dropout(Matrix x, double p, Rng* dropout_draws, Matrix& keep) {
+    keep = dropout_draws && p > 0.0 ? Matrix(x.rows, x.cols) : Matrix();
     if (keep.empty()) return x;
     for (std::size_t i = 0; i < x.data.size(); i++) {
-        keep.data[i] = draws->uniform() < p ? 0.0 : 1.0 / (1.0 - p);
+        keep.data[i] = dropout_draws->uniform() < p ? 0.0 : 1.0 / (1.0 - p);
         x.data[i] *= keep.data[i];
     }
     return x;
@@ -108,7 +109,7 @@ inline Matrix dropout_backward(Matrix dy, const Matrix& keep) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Embedding + positions:  X[t] = table[token_t] * scale + pos[row_t].   X (n_seq L, d_model) for
+// Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model) for
 // n_seq sequences of L tokens. One table is shared by the source and the target, so backward takes
 // the tokens it undoes.
 // PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
@@ -124,21 +125,21 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     return pe;
 }
 
-// Why scale = sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
+// Why multiply by sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
 // table row has entries of spread sqrt(2 / (vocab + d_model)), about 0.27 here (the paper's table, shared
-// with the output layer, has entries near 1 / sqrt(d_model)). The scale brings the token's part up to
+// with the output layer, has entries near 1 / sqrt(d_model)). The factor brings the token's part up to
 // the size of the position's part, so neither drowns the other when they are added.
 struct Embedding {
     Param table;      // (vocab, d_model), one row per token id
     Param learned;    // (max_len, d_model), used only with Positions::learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
-    double scale = 1.0;
+    double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
     Positions positions = Positions::sinusoidal;
 
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
         : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
-          scale(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
+          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
         xavier_init(table.value, rng);
         if (positions == Positions::learned) {
             learned = Param(c.max_len, c.d_model);
@@ -150,9 +151,12 @@ struct Embedding {
         if (positions == Positions::learned) list.push_back({name + ".positions", &learned});
     }
     const Matrix* position_table() const {  // (max_len, d_model), or nullptr
-        if (positions == Positions::learned) return &learned.value;
-        if (positions == Positions::none) return nullptr;  // the model sees a bag of tokens
-        return &fixed;  // sinusoidal, or random: rows of the same fixed table
+        switch (positions) {
+        case Positions::sinusoidal: case Positions::random: return &fixed;  // random: rows of the fixed table
+        case Positions::learned: return &learned.value;
+        case Positions::none: return nullptr;  // the model sees a bag of tokens
+        }
+        return nullptr;  // not reached
     }
     // tokens, rows: (n_seq L), n_seq sequences one after another; token t reads row rows[t] of the position
     // table pos (max_len, d_model). Returns X (n_seq L, d_model).
@@ -161,17 +165,17 @@ struct Embedding {
         const Matrix* pos = position_table();
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * scale + (pos ? pos->at(rows[t], c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * multiplier + (pos ? pos->at(rows[t], c) : 0.0);
         return X;
     }
-    // forward: X[t] = table[tokens[t]] * scale + pos[rows[t]]
-    // so       table.grad[tokens[t]] += scale * dX[t]   (a scatter-add: a token seen twice adds twice)
+    // forward: X[t] = table[tokens[t]] * multiplier + pos[rows[t]]
+    // so       table.grad[tokens[t]] += multiplier * dX[t]   (a scatter-add: a token seen twice adds twice)
     //          learned.grad[rows[t]] += dX[t]           (only when positions are learned)
     // Returns nothing: the input is token ids, which have no gradient.
     void backward(const std::vector<int>& tokens, const std::vector<int>& rows, const Matrix& dX) {
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
-                table.grad.at(tokens[t], c) += scale * dX.at(t, c);
+                table.grad.at(tokens[t], c) += multiplier * dX.at(t, c);
                 if (positions == Positions::learned) learned.grad.at(rows[t], c) += dX.at(t, c);
             }
     }
@@ -197,7 +201,7 @@ inline std::vector<int> position_rows(int L, int max_len, Positions positions, R
 // ---------------------------------------------------------------------------------------------
 // Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, one head of one sequence.
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
-// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. masked() REPLACES
+// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. attention() REPLACES
 // each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
 // Causal mask (T, T): position t sees positions 0..t and nothing after, so a decoder trained with
 // teacher forcing cannot peek at the token it is asked to predict.
@@ -227,17 +231,17 @@ constexpr double MASKED = -1e9;
 
 // Q, K and V are taken by value and moved into the cache, which backward reads: a caller's
 // temporaries (multi-head attention's slices) are kept there without being copied.
-// Attention dropout (p, draws; in training only) drops weights after the softmax: O = dropout(P) V. The
+// Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V. The
 // cache keeps P as it was, so the maps show the weights before dropout.
 inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
-                        Rng* draws = nullptr) {
+                        Rng* dropout_draws = nullptr) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
     cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores), Matrix(), Matrix()};
-    if (draws && p > 0.0) cache.D = dropout(cache.P, p, draws, cache.keep);
+    if (dropout_draws && p > 0.0) cache.D = dropout(cache.P, p, dropout_draws, cache.keep);
     return matmul_fast(cache.keep.empty() ? cache.P : cache.D, cache.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).

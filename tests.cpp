@@ -404,7 +404,7 @@ TEST_CASE("positional encoding matches the formula at known points") {
     CHECK(pe.at(4, 13) == doctest::Approx(0.9999920000106667).epsilon(eps));  // cos(4 / 1000)
 }
 
-// X[t] = table[token_t] * scale + P[rows_t]. The tokens repeat (3 and 1 twice), so the table's
+// X[t] = table[token_t] * multiplier + P[rows_t]. The tokens repeat (3 and 1 twice), so the table's
 // scatter-add must add two rows' gradients into one. Checked with the fixed sinusoidal table, with
 // learned positions (a gradient for the position table too, at rows 0..4 and at drawn rows 1 2 4 5 7),
 // and without the sqrt(d_model) scale. Rows of tokens not in the sequence (0, 2, 4, 5) and position rows
@@ -427,7 +427,7 @@ TEST_CASE("gradient: Embedding + positions") {
         c.max_len = 8;
         Rng rng(21);
         Embedding embed(c, rng);
-        CHECK(embed.scale == (v.embed_scale ? std::sqrt(8.0) : 1.0));
+        CHECK(embed.multiplier == (v.embed_scale ? std::sqrt(8.0) : 1.0));
         std::vector<Tensor> params = tensors_of({{"table", &embed.table}, {"positions", &embed.learned}});
         CHECK(params.size() == (v.positions == Positions::learned ? 2u : 1u));
         check_block(v.name, params,
@@ -643,8 +643,8 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
 // same state of the draws, so it replays the same masks (as check_model does with the model's stream).
 TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks, masks replayed") {
     Matrix ones(40, 50, 1.0), keep;
-    Rng draws(5);
-    Matrix y = dropout(ones, 0.5, &draws, keep);
+    Rng dropout_draws(5);
+    Matrix y = dropout(ones, 0.5, &dropout_draws, keep);
     int dropped = 0;
     for (std::size_t i = 0; i < y.data.size(); i++) {
         CHECK((y.data[i] == 0.0 || y.data[i] == 2.0));

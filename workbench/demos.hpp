@@ -12,18 +12,18 @@
 // large d_k pushes softmax to one-hot: the top weight nears 1 and the gradient through softmax
 // (its Jacobian-vector product, as in matrix.hpp) nears 0, so attention stops learning.
 inline void demo_scale() {
-    const int keys = 8, draws = 2000;
+    const int keys = 8, samples = 2000;
     std::printf("--- why attention divides its scores by sqrt(d_k) ---\n"
                 "one query against %d keys, entries drawn with mean 0 and variance 1, %d draws per row;\n"
                 "'top weight' is the largest softmax weight, 'grad' the size of the gradient that softmax\n"
                 "passes back for a random upstream gradient (both are means over the draws)\n\n"
                 "%6s  %9s  %12s  %12s  %12s  %12s\n",
-                keys, draws, "d_k", "std(q.k)", "top, scaled", "top, raw", "grad, scaled", "grad, raw");
+                keys, samples, "d_k", "std(q.k)", "top, scaled", "top, raw", "grad, scaled", "grad, raw");
     Rng rng(7);
     const double a = std::sqrt(3.0);  // U(-a, a) has variance 1
     for (int d_k : {1, 4, 16, 64, 256, 1024}) {
         double sum_sq = 0, top[2] = {0, 0}, grad[2] = {0, 0};  // [0] scaled, [1] raw
-        for (int n = 0; n < draws; n++) {
+        for (int n = 0; n < samples; n++) {
             Matrix q(1, d_k), K(keys, d_k), G(1, keys);
             for (Matrix* m : {&q, &K, &G})
                 for (double& v : m->data) v = rng.uniform(-a, a);
@@ -34,11 +34,11 @@ inline void demo_scale() {
                 softmax_rows_backward(G, P, dS);
                 double norm = 0;
                 for (double v : dS.data) norm += v * v;
-                top[which] += *std::max_element(P.data.begin(), P.data.end()) / draws;
-                grad[which] += std::sqrt(norm) / draws;
+                top[which] += *std::max_element(P.data.begin(), P.data.end()) / samples;
+                grad[which] += std::sqrt(norm) / samples;
             }
         }
-        std::printf("%6d  %9.2f  %12.3f  %12.3f  %12.4f  %12.6f\n", d_k, std::sqrt(sum_sq / draws), top[0], top[1],
+        std::printf("%6d  %9.2f  %12.3f  %12.3f  %12.4f  %12.6f\n", d_k, std::sqrt(sum_sq / samples), top[0], top[1],
                     grad[0], grad[1]);
     }
 }

@@ -79,10 +79,16 @@ struct Args {
 // One row of the table of options: a new flag is one row here, plus its use.
 struct Flag {
     std::string name, value, help;  // "--d-model", "N", the --help text (the row's builder adds the default)
-    bool fixed_by_checkpoint;       // the file given to --load decides it: the two cannot be combined
+    bool fixed_by_checkpoint;       // the file given to --load decides it: the two cannot be combined (but see
+                                    // checked_by_checkpoint)
     std::function<void(Options&, Args&)> apply;           // reads the value into the options
     std::function<std::string(const Options&)> as_given;  // "--d-model 32", or "" for a switch left off
+    bool checked_by_checkpoint = false;  // the checkpoint checks that it names the model's own (--train-data)
+    bool scores = false;                 // the flag scores the model on the held-out set, which --train-data changes
 };
+// The two marks a row may carry besides its builder's, said where the row is.
+inline Flag checked_by_checkpoint(Flag f) { return f.checked_by_checkpoint = true, f; }
+inline Flag scoring(Flag f) { return f.scores = true, f; }
 struct FlagGroup {
     std::string title, example;
     bool variant;  // its settings are listed on the "variant:" line of a run when not the defaults
@@ -151,9 +157,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
              [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
             whole_flag("--max-digit", "digits are 1..N, so vocab = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
-            path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
+            checked_by_checkpoint(path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
                       "spaces; blank lines and lines starting with # are skipped); with --load, the file that model "
-                      "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path)}},
+                      "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path))}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
                        "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0,
@@ -170,9 +176,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &R::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
             whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, false, &O::eval_every),
-            whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
+            scoring(whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
                        "pass --seq-len (the position table is made that long); 0: none", 0, MAX_SEQ_LEN, true,
-                       &O::test_len),
+                       &O::test_len)),
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
                       "make reference", true, &O::dump_step_path)}},
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
@@ -217,9 +223,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
                         "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
             switch_flag("--numbers", "print the numbers below each terminal heatmap", false, true, &O::numbers),
-            switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head switched "
+            scoring(switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head switched "
                         "off, and how often cross-attention points at the digit being written", false, true,
-                        &O::inspect),
+                        &O::inspect)),
             switch_flag("--show-pe", "the positional-encoding table as a heatmap, then stop (no training)", false,
                         true, &O::show_pe),
             switch_flag("--trace-shapes", "the shape of every tensor on one forward pass, then stop", false, true,
@@ -228,9 +234,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--svg", "DIR",
                       "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR", false,
                       &O::svg_dir),
-            path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
+            scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
                       "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
-                      &O::report_path)}},
+                      &O::report_path))}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
             path_flag("--save", "FILE", "after training, write the model to FILE (plain text); it may be the --load "
@@ -322,7 +328,7 @@ inline Options parse_options(int argc, char** argv) {
              "combined with --pos random");
     if (!o.load_path.empty())
         for (const Flag* f : given)
-            if (f->fixed_by_checkpoint && f->name != "--train-data")  // that one the checkpoint checks instead
+            if (f->fixed_by_checkpoint && !f->checked_by_checkpoint)
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
     if (was_given("--length-penalty") && o.decode.beam == 1)
@@ -352,6 +358,15 @@ inline std::string variant_text(const Options& o) {
             if (g.variant && f.fixed_by_checkpoint && !f.as_given(o).empty() && f.as_given(o) != f.as_given(DEFAULTS))
                 v.push_back(f.as_given(o));
     return join(v, " ");
+}
+// Whether a run reads the held-out set, so that a model trained on a --train-data file needs that file: it
+// trains, or scores the model (a run without --sort prints the held-out score; so do the flags marked `scoring`).
+inline bool reads_held_out(const Options& o) {
+    if (o.train.steps > 0 || o.sort_words.empty()) return true;
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags)
+            if (f.scores && f.as_given(o) != f.as_given(DEFAULTS)) return true;
+    return false;
 }
 // The lines a run prints about its settings.
 inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
