@@ -1,24 +1,21 @@
 // model.hpp -- the blocks of an encoder-decoder Transformer, each forward beside its backward.
 //
-// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad),
-// lists them by name (list_parameters), and keeps the activations its forward saved. forward()
-// fills the saved activations; backward(d_out) reads them, adds (+=) into its parameters' grads and
-// returns the gradient for its input. Two exceptions, each said where it happens: a block with two
-// inputs (attention's queries and memory) adds into gradients the caller zeroed, and Embedding's
-// input is token ids, integers with no gradient, so its backward returns nothing.
-// Legend as in matrix.hpp: a mini-batch of n_seq sequences runs as one stack of rows (sequence e owns rows
-// e*S .. of the encoder's matrices, e*T .. of the decoder's), so shapes read (n_seq T, d_model).
+// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad), lists
+// them by name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=)
+// into its parameters' grads and returns the gradient for its input. Two exceptions, said where they
+// happen: a block with two inputs (attention's queries and memory) adds into gradients the caller zeroed,
+// and Embedding's input is token ids, which have no gradient. Legend as in matrix.hpp: n_seq sequences run
+// as one stack of rows (sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's).
 // Sections: Linear; Dropout; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
 // Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer; decoding with a cache (inference
-// only). Skip on a first reading: Positions::random (position_rows, hash_of, target_row) and the last section.
+// only). Skip on a first reading: Positions::random (position_rows, hash_of, target_row), the last section.
 //
-// The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased
-// variance (divide by d_model) and eps inside the square root, and a final LayerNorm before the
-// output projection. Token ids: PAD = 0, digits 1..max_digit, START = vocab - 1 (train.hpp says how
-// the task uses them). Where each switch acts, every one off by default: post-norm in Sublayer; learned, no
-// or random positions and no embedding scale in Embedding; GELU in FeedForward; and the paper's extras:
-// dropout, in training only, on the embeddings (Transformer), on every sublayer's output (Sublayer) and on
-// the attention weights (attention); tied embeddings in Transformer::output.
+// The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and
+// eps inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
+// 1..max_digit, START = vocab - 1. Where each switch acts (all off by default): post-norm in Sublayer;
+// learned, no or random positions and no embedding scale in Embedding; GELU in FeedForward; dropout, in
+// training only, on the embeddings (Transformer), every sublayer's output (Sublayer) and the attention
+// weights (attention); tied embeddings in Transformer::output.
 #pragma once
 
 #include <string>
@@ -47,7 +44,6 @@ struct ModelConfig {
     Positions positions = Positions::sinusoidal;
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
-    // The paper's regularisers, each off by default: the default path never meets them.
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
@@ -126,9 +122,8 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
 }
 
 // Why multiply by sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
-// table row has entries of spread sqrt(2 / (vocab + d_model)), about 0.27 here (the paper's table, shared
-// with the output layer, has entries near 1 / sqrt(d_model)). The factor brings the token's part up to
-// the size of the position's part, so neither drowns the other when they are added.
+// table row has entries of spread sqrt(2 / (vocab + d_model)), about 0.27 here. The factor brings the
+// token's part up to the position's size, so neither drowns the other when they are added.
 struct Embedding {
     Param table;      // (vocab, d_model), one row per token id
     Param learned;    // (max_len, d_model), used only with Positions::learned
@@ -264,12 +259,10 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 }
 
 // ---------------------------------------------------------------------------------------------
-// Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k
-// columns, join the slices, project with W_o.
-//   x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model); T is
-//   the queries' length, S in the encoder's self-attention.
-// self-attention: x_q = x_kv;  causal self-attention: and a causal mask;
-// cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
+// Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join
+// the slices, project with W_o. x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output
+// (n_seq T, d_model). Self-attention: x_q = x_kv (causal: and a causal mask); cross-attention: x_q from the
+// decoder, x_kv the encoder's output (the "memory").
 struct MultiHeadAttention {
     int n_heads = 1, d_k = 1;
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
@@ -307,8 +300,7 @@ struct MultiHeadAttention {
             }
         return W_o.forward(joined);
     }
-    // Undoes forward (and attend). Adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), which the
-    // caller zeroed.
+    // Undoes forward and attend; adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), caller-zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
@@ -318,8 +310,7 @@ struct MultiHeadAttention {
                 int col = h * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
-                attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h,
-                                   dV_h);
+                attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h, dV_h);
                 // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V
                 add_into_block(dQ_h, e * T, col, dQ);
                 add_into_block(dK_h, e * S, col, dK);
@@ -417,7 +408,7 @@ struct FeedForward {
 
     Matrix forward(const Matrix& x) {
         hidden = layer1.forward(x);
-        switch (activation) {  // a switch names every activation: a new one cannot pass as an old one
+        switch (activation) {  // names every activation: a new one cannot pass as an old one (-Wswitch)
         case Activation::relu: return layer2.forward(relu(hidden));
         case Activation::gelu: return layer2.forward(gelu(hidden));
         }
@@ -498,7 +489,9 @@ struct EncoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    void set_dropout_draws(Rng* draws) { attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = draws; }
+    void set_dropout_draws(Rng* stream) {  // Transformer::train
+        attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = stream;
+    }
 
     Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1) {  // n_seq sequences stacked
         Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
@@ -532,9 +525,9 @@ struct DecoderBlock {
         ffn.list_parameters(name + ".ffn", list);
     }
 
-    void set_dropout_draws(Rng* draws) {
-        self_sub.dropout_draws = cross_sub.dropout_draws = ffn_sub.dropout_draws = draws;
-        self_attn.dropout_draws = cross_attn.dropout_draws = draws;
+    void set_dropout_draws(Rng* stream) {  // Transformer::train
+        self_sub.dropout_draws = cross_sub.dropout_draws = ffn_sub.dropout_draws = stream;
+        self_attn.dropout_draws = cross_attn.dropout_draws = stream;
     }
 
     // (Decoding runs this block a row at a time with its cache: decoder_block_next, at the end of the file.)
@@ -577,14 +570,13 @@ struct Transformer {
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
-    // Training mode reads two streams of its own: dropout's masks, drawn in the order forward runs, and random
-    // positions' rows, each source's drawn anew. Outside it nothing is dropped, and a source's rows are drawn
-    // from the source itself, so one input always reads the same rows and an evaluation never moves a stream.
+    // Training mode (PyTorch's model.train() and model.eval(); gradient_of turns it on for its forward pass)
+    // reads two streams: dropout's masks, drawn in the order forward runs (train() hands the blocks the
+    // stream; nullptr: off), and random positions' rows, each source's drawn anew. Outside it, a source's rows
+    // are drawn from the source itself: one input always reads the same rows, and no stream moves.
     Rng position_draws{1};
     Rng dropout_draws{1};
     bool training = false;
-    // PyTorch's model.train() and model.eval(): train_step turns training mode on for its forward pass, and
-    // every block with dropout is handed the stream (nullptr: off).
     void train(bool on) {
         training = on;
         for (EncoderBlock& block : encoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
@@ -623,8 +615,8 @@ struct Transformer {
     int target_row(const std::vector<int>& rows_of_source, int t) const {
         return config.positions == Positions::random ? rows_of_source.at(t) : t;
     }
-    // The decoder's logits for the next token at every position (teacher forcing: the whole target at once). It
-    // reads the sources too: its cross-attention must not look at PAD source positions.
+    // The logits for the next token at every position of the targets (teacher forcing). The sources' PADs
+    // are hidden from cross-attention.
     Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
@@ -697,7 +689,7 @@ struct Transformer {
 };
 
 // =============================================================================================
-// Decoding with a cache (inference only: greedy decoding and beam search, train.hpp). Skip on a first reading.
+// Decoding with a cache (inference only: greedy decoding, train.hpp; beam search). Skip on a first reading.
 // =============================================================================================
 // Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
 // every position, it keeps what every attention computed (llama2.c's RunState) and feeds only the newest
@@ -710,23 +702,6 @@ struct DecodingCache {
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
     Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions)
     int position = 0;                 // the position the next tokens take, 0 for START
-
-    // Beam search: sequence i of the stack now continues sequence from[i], its parent, and takes what the
-    // parent kept: its K and V in every layer, its source and its source's position rows.
-    void follow(const std::vector<int>& from) {
-        const int n_seq = int(sources.size());
-        for (Layer& layer : layers)
-            for (Matrix* kept : {&layer.self_K, &layer.self_V, &layer.cross_K, &layer.cross_V}) {
-                const int rows = kept->rows / n_seq;  // each sequence's rows
-                Matrix gathered(int(from.size()) * rows, kept->cols);
-                for (std::size_t i = 0; i < from.size(); i++)
-                    std::copy_n(&kept->at(from[i] * rows, 0), std::size_t(rows) * kept->cols, &gathered.at(int(i) * rows, 0));
-                *kept = std::move(gathered);
-            }
-        Transformer::Batch old_sources = sources, old_rows = source_rows;
-        sources.clear(), source_rows.clear();
-        for (int parent : from) sources.push_back(old_sources[parent]), source_rows.push_back(old_rows[parent]);
-    }
 };
 
 // Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).

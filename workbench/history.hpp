@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 
+#include "evaluate.hpp"
 #include "options.hpp"
 #include "terminal.hpp"
 

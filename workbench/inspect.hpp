@@ -3,6 +3,7 @@
 // input length (--test-len).
 #pragma once
 
+#include "evaluate.hpp"
 #include "terminal.hpp"
 
 // --trace-shapes: one forward pass of a mini-batch, then a walk through the activations every block

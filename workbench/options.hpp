@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../train.hpp"
+#include "beam.hpp"
 #include "text.hpp"
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
@@ -157,9 +157,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
              [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
             whole_flag("--max-digit", "digits are 1..N, so vocab = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
-            checked_by_checkpoint(path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, digits separated by "
-                      "spaces; blank lines and lines starting with # are skipped); with --load, the file that model "
-                      "trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path))}},
+            checked_by_checkpoint(path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, "
+                "digits separated by spaces; blank lines and lines starting with # are skipped); with --load, the "
+                "file that model trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path))}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
                        "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0,
@@ -223,8 +223,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--show-attention", "after training (or with --load), every head of every attention layer "
                         "as a terminal heatmap: rows = queries, columns = keys", false, true, &O::show_attention),
             switch_flag("--numbers", "print the numbers below each terminal heatmap", false, true, &O::numbers),
-            scoring(switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head switched "
-                        "off, and how often cross-attention points at the digit being written", false, true,
+            scoring(switch_flag("--inspect", "after training (or with --load): held-out exact-match with each head "
+                        "switched off, and how often cross-attention points at the digit being written", false, true,
                         &O::inspect)),
             switch_flag("--show-pe", "the positional-encoding table as a heatmap, then stop (no training)", false,
                         true, &O::show_pe),
@@ -234,8 +234,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--svg", "DIR",
                       "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR", false,
                       &O::svg_dir),
-            scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run to FILE: "
-                      "curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
+            scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run "
+                      "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
                       &O::report_path))}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {

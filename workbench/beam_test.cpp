@@ -1,0 +1,85 @@
+// workbench/beam_test.cpp -- tests of beam search (beam.hpp): the length penalty by hand, a beam of 1 is
+// greedy decoding bit for bit, and a beam as wide as every output finds the exhaustive search's best.
+#include "test_helpers.hpp"
+#include "evaluate.hpp"
+
+// The length penalty by hand: ((5 + 5) / 6)^0.6 = 1.35866..., so log P -1 scores -0.736022...; alpha 0 leaves
+// log P as it is. A length counts up to the first PAD, PAD included.
+// A beam of 1 is greedy decoding, bit for bit: 1,000 held-out inputs, an untrained and a trained model,
+// lengths 3 to 5 (PAD ends some outputs), with and without the penalty.
+TEST_CASE("beam search: the length penalty by hand, and a beam of 1 is greedy decoding bit for bit") {
+    CHECK(beam_score(-1.0, 5, 0.6) == doctest::Approx(-1.0 / std::pow(10.0 / 6.0, 0.6)).epsilon(1e-15));
+    CHECK(beam_score(-1.0, 5, 0.6) == doctest::Approx(-0.7360219).epsilon(1e-6));
+    CHECK(beam_score(-2.5, 3, 0.0) == -2.5);
+    CHECK(output_length({3, 0, 0}) == 2);
+    CHECK(output_length({1, 2, 3}) == 3);
+    CHECK(output_length({0, 0, 0}) == 1);
+    DataConfig d;
+    d.min_len = 3;
+    Dataset data(d);
+    Transformer model(fit_to_data(ModelConfig(), d), 3);
+    TrainConfig t;  // 300 SGD steps of 16 examples at the rate 0.2
+    t.lr = 0.2, t.schedule = Schedule::constant;
+    TrainState state(t, 3);
+    for (int trained = 0; trained < 2; trained++) {
+        for (long step = 1; trained && step <= 300; step++) train_step(model, data, t, state, 300);
+        std::vector<std::vector<int>> greedy = decode_all(model, data.held_out);
+        for (double alpha : {0.0, 0.6}) {
+            std::vector<std::vector<int>> beam = decode_all(model, data.held_out, DecodeConfig{1, alpha});
+            int same = 0;
+            for (std::size_t k = 0; k < greedy.size(); k++) same += beam[k] == greedy[k];
+            INFO("trained " << trained << ", alpha " << alpha);
+            CHECK(same == int(greedy.size()));
+        }
+        Accuracy a = evaluate(model, data.held_out);
+        CHECK((trained ? a.exact > 0.3 : a.exact < 0.05));  // both regimes: wrong outputs and right ones
+    }
+}
+
+// With a beam as wide as the number of possible outputs (vocab 4, length 3: 64), beam search keeps them all,
+// and its best is the best of an exhaustive search: every output scored by one teacher-forced pass (log P is
+// the sum over positions of the chosen token's log-softmax), with the same length penalty. The log P that
+// beam search added up step by step, through its reordered cache, agrees with the teacher-forced one. On
+// this model the penalty decides: alpha 0 keeps an output that ends after one digit, alpha 2 a longer one.
+TEST_CASE("beam search: as wide as every possible output, it finds the exhaustive search's best") {
+    DataConfig d;
+    d.max_digit = 2, d.seq_len = 3, d.min_len = 1;
+    ModelConfig c = fit_to_data(ModelConfig(), d);
+    c.d_model = 8;
+    Transformer model(c, 21);
+    Rng rng(22);
+    for (auto& [name, p] : model.parameters())  // a model with opinions: far from uniform log-probabilities
+        for (double& v : p->value.data) v += rng.uniform(-0.5, 0.5);
+    const std::vector<int> source = {2, 1, PAD};
+    std::vector<std::vector<int>> best_of;  // the best output at each alpha: the penalty changes it
+    for (double alpha : {0.0, 0.6, 2.0}) {
+        std::vector<Hypothesis> found = beam_search(model, {source}, 3, 64, alpha)[0];
+        REQUIRE(found.size() == 64u);
+        double best = -INFINITY;
+        std::vector<int> best_tokens;
+        std::set<std::vector<int>> outputs;
+        for (int code = 0; code < 64; code++) {
+            std::vector<int> tokens = {code / 16, code / 4 % 4, code % 4};
+            Matrix logits = model.forward({source}, {shifted_right(tokens, c.vocab)});  // (3, vocab)
+            double log_prob = 0.0;
+            for (int t = 0; t < 3; t++) {
+                double max = logits.at(t, 0), sum = 0.0;
+                for (int v = 1; v < c.vocab; v++) max = std::max(max, logits.at(t, v));
+                for (int v = 0; v < c.vocab; v++) sum += std::exp(logits.at(t, v) - max);
+                log_prob += logits.at(t, tokens[t]) - max - std::log(sum);
+            }
+            double score = beam_score(log_prob, output_length(tokens), alpha);
+            if (score > best) best = score, best_tokens = tokens;
+            for (const Hypothesis& h : found)
+                if (h.tokens == tokens) CHECK(h.log_prob == doctest::Approx(log_prob).epsilon(1e-12));
+        }
+        for (const Hypothesis& h : found) outputs.insert(h.tokens);
+        INFO("alpha " << alpha);
+        CHECK(outputs.size() == 64u);
+        CHECK(found[0].tokens == best_tokens);
+        CHECK(beam_score(found[0].log_prob, output_length(found[0].tokens), alpha) == doctest::Approx(best));
+        best_of.push_back(found[0].tokens);
+    }
+    CHECK(best_of[0] == std::vector<int>{2, PAD, PAD});  // ended after one digit: length 2
+    CHECK(best_of[2] == std::vector<int>{2, 2, PAD});    // alpha 2 favours the longer output
+}
