@@ -361,18 +361,21 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
 
 // ---------------------------------------------------------------------------------------------
 // Greedy decoding: encode the sources once, then grow each output one token at a time by the argmax
-// of the last position's logits, starting from the START token that teacher forcing used. Each position
-// runs only the newest tokens through the decoder, which keeps the earlier keys and values (model.hpp, the
-// decoding cache), many sources together as one stack of rows: the same bits as one at a time over the
-// whole prefix.
-// The next token of every sequence (a function of its own so that --inspect can read each position's maps):
-// the argmax of its newest logits row. `newest` holds each sequence's last token and becomes the chosen one.
+// of the last position's logits, starting from the START token that teacher forcing used. An output ends
+// at its first PAD: every later position is PAD too, as in every target. START is an input, never an
+// output, so the argmax runs over PAD and the digits. Each position runs only the newest tokens through the
+// decoder, which keeps the earlier keys and values (model.hpp, the decoding cache), many sources together as
+// one stack of rows: the same bits as one at a time over the whole prefix.
+// The next token of every sequence (a function of its own so that --inspect can read each position's maps).
+// `newest` holds each sequence's last token and becomes the chosen one.
 inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
     Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
+    const int start = start_token(model.config.vocab);
     for (std::size_t e = 0; e < newest.size(); e++) {
+        if (newest[e][0] == PAD) continue;  // ended: PAD again
         int best = 0;
         for (int v = 1; v < logits.cols; v++)
-            if (logits.at(int(e), v) > logits.at(int(e), best)) best = v;
+            if (v != start && logits.at(int(e), v) > logits.at(int(e), best)) best = v;
         newest[e][0] = best;
     }
 }

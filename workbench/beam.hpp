@@ -2,11 +2,13 @@
 // tutorial's greedy decoding (train.hpp), and decode_outputs, which picks one of the two.
 //
 // Beam search keeps the K likeliest outputs so far of each source (hypotheses), so that a first token that
-// looks worse can still win with what follows. Each position extends every hypothesis by every token and
+// looks worse can still win with what follows. Each position extends every live hypothesis by every token and
 // keeps the K best candidates by score = log_prob / ((5 + length) / 6)^alpha, log_prob the sum of the chosen
-// tokens' log-softmax and the divisor GNMT's length penalty (a longer output sums more negative terms);
-// length counts up to the first PAD, which ends the output, or all tokens. A hypothesis's candidates share
-// one length, so with K = 1 the best is the largest logit: greedy decoding's choice, bit for bit (tested).
+// tokens' log-softmax and the divisor GNMT's length penalty (a longer output sums more negative terms, so
+// without it a short output would win). An output ends at its first PAD, which its length counts: after it a
+// hypothesis takes no more tokens and no more log-probability. START is never a candidate. A live
+// hypothesis's candidates share one length, so with K = 1 the best is the largest logit: greedy decoding's
+// choice, bit for bit (tested).
 // The hypotheses run side by side in one decoding cache (model.hpp), which follows each kept one's parent.
 #pragma once
 
@@ -45,52 +47,59 @@ inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
     for (int parent : from) cache.sources.push_back(sources[parent]), cache.source_rows.push_back(rows[parent]);
 }
 
-// Each source's hypotheses after `length` tokens, best score first: K of them, or all vocab^length if fewer.
-// A source starts with one, START alone; its `live` hypotheses sit side by side in the decoder's stack.
+// Each source's hypotheses after `length` tokens, best score first: K of them, or every possible output if
+// fewer. A source starts with one, START alone; its hypotheses sit side by side in the decoder's stack, source
+// e's from first[e] on. A hypothesis that has emitted PAD is finished, as in GNMT's beam: its one candidate is
+// itself, PAD again, with its log P and score as they were, and it competes with the live hypotheses'.
 inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, const Transformer::Batch& sources,
                                                         int length, int K, double alpha) {
-    const int n = int(sources.size()), vocab = model.config.vocab;
+    const int n = int(sources.size()), vocab = model.config.vocab, start = start_token(vocab);
     DecodingCache cache = start_decoding(model, sources);  // sequence i of its stack is hypothesis i
-    Transformer::Batch newest(n, {start_token(vocab)});      // each hypothesis's last token
-    std::vector<Hypothesis> beams(n);  // source e's hypotheses: beams[e live .. (e + 1) live - 1]
-    int live = 1;
+    Transformer::Batch newest(n, {start});                  // each hypothesis's last token
+    std::vector<Hypothesis> beams(n);
+    std::vector<int> first(n + 1);  // source e's hypotheses: beams[first[e] .. first[e + 1] - 1]
+    for (int e = 0; e <= n; e++) first[e] = e;
     for (int t = 0; t < length; t++) {
-        Matrix logits = newest_logits(model, cache, newest);  // (n live, vocab)
-        const int kept = int(std::min<long>(K, long(live) * vocab));
+        Matrix logits = newest_logits(model, cache, newest);  // (hypotheses, vocab)
         std::vector<Hypothesis> next;
-        std::vector<int> from;
+        std::vector<int> from, next_first = {0};
         for (int e = 0; e < n; e++) {
             struct Candidate { int parent, token; double log_prob, score; };
             std::vector<Candidate> candidates;  // in (parent, token) order: of two equal scores the first stays
-            for (int i = e * live; i < (e + 1) * live; i++) {
+            for (int i = first[e]; i < first[e + 1]; i++) {
+                const Hypothesis& h = beams[i];
+                if (!h.tokens.empty() && h.tokens.back() == PAD) {  // finished
+                    candidates.push_back({i, PAD, h.log_prob, beam_score(h.log_prob, output_length(h.tokens), alpha)});
+                    continue;
+                }
                 double max = logits.at(i, 0), sum = 0.0;  // log-softmax of row i, the max trick
                 for (int v = 1; v < vocab; v++) max = std::max(max, logits.at(i, v));
                 for (int v = 0; v < vocab; v++) sum += std::exp(logits.at(i, v) - max);
                 const double log_sum = std::log(sum);
-                const std::vector<int>& tokens = beams[i].tokens;  // its candidates' length: one more, or ended
-                bool ended = std::find(tokens.begin(), tokens.end(), PAD) != tokens.end();
-                const double penalty = length_penalty(ended ? output_length(tokens) : int(tokens.size()) + 1, alpha);
+                const double penalty = length_penalty(int(h.tokens.size()) + 1, alpha);  // each candidate's length
                 for (int v = 0; v < vocab; v++) {
-                    double log_prob = beams[i].log_prob + (logits.at(i, v) - max - log_sum);
+                    if (v == start) continue;  // an input, never an output
+                    double log_prob = h.log_prob + (logits.at(i, v) - max - log_sum);
                     candidates.push_back({i, v, log_prob, log_prob / penalty});
                 }
             }
             std::stable_sort(candidates.begin(), candidates.end(),
                              [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
-            for (int k = 0; k < kept; k++) {
+            for (int k = 0; k < std::min(K, int(candidates.size())); k++) {
                 const Candidate& c = candidates[k];
                 from.push_back(c.parent);
                 next.push_back({beams[c.parent].tokens, c.log_prob});
                 next.back().tokens.push_back(c.token);
             }
+            next_first.push_back(int(next.size()));
         }
         follow_parents(cache, from);
-        beams = std::move(next), live = kept;
+        beams = std::move(next), first = std::move(next_first);
         newest.assign(beams.size(), {0});
         for (std::size_t i = 0; i < beams.size(); i++) newest[i][0] = beams[i].tokens.back();
     }
     std::vector<std::vector<Hypothesis>> found(n);
-    for (std::size_t i = 0; i < beams.size(); i++) found[i / live].push_back(beams[i]);
+    for (int e = 0; e < n; e++) found[e].assign(beams.begin() + first[e], beams.begin() + first[e + 1]);
     return found;
 }
 
