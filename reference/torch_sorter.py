@@ -369,22 +369,29 @@ def token_label(token, vocab):
 
 
 def greedy_decode(model, source, length):  # greedy_decode(): source (S ints) -> length ints
-    """Encode once, then append the argmax of the last position's logits, one token at a time.
-    torch.argmax keeps the first of equal maxima, as the C++ loop does."""
+    """Encode once, then append the argmax of the last position's logits over PAD and the digits (START is
+    an input, never an output), one token at a time; after the first PAD, PAD. torch.argmax keeps the first
+    of equal maxima, as the C++ loop does."""
     with torch.no_grad():
         src = torch.tensor([source])
         memory = model.encode(src)
-        decoded = [model.config.vocab - 1]  # START
+        start = model.config.vocab - 1
+        decoded = [start]
         for _ in range(length):
+            if decoded[-1] == PAD:  # the output has ended
+                decoded.append(PAD)
+                continue
             logits = model.decode(torch.tensor([decoded]), memory, src)  # (1, len(decoded), V)
-            decoded.append(int(torch.argmax(logits[0, -1])))
+            decoded.append(int(torch.argmax(logits[0, -1, :start])))
         return decoded[1:]
 
 
 def beam_search(model, source, length, K, alpha):
-    """train.hpp's beam_search, written plainly: each step decodes every kept prefix afresh (no cache) and
-    keeps the K best candidates by log P / ((5 + length) / 6)^alpha, length counted up to the first PAD.
-    Returns [(tokens, log P)], best first. sorted() is stable: of equal scores the earlier candidate stays."""
+    """workbench/beam.hpp's beam_search, written plainly: each step decodes every live prefix afresh (no
+    cache) and keeps the K best candidates by log P / ((5 + length) / 6)^alpha, length counted up to the
+    first PAD. A hypothesis that has emitted PAD is finished: its one candidate is itself, PAD again, its
+    log P and score unchanged. START is never a candidate. Returns [(tokens, log P)], best first. sorted()
+    is stable: of equal scores the earlier candidate stays."""
     with torch.no_grad():
         src = torch.tensor([source])
         memory = model.encode(src)
@@ -392,12 +399,15 @@ def beam_search(model, source, length, K, alpha):
         for _ in range(length):
             candidates = []
             for tokens, log_prob in beams:
+                if PAD in tokens:  # finished
+                    penalty = ((5.0 + tokens.index(PAD) + 1) / 6.0) ** alpha
+                    candidates.append((tokens + [PAD], log_prob, log_prob / penalty))
+                    continue
                 logits = model.decode(torch.tensor([[start] + tokens]), memory, src)[0, -1]  # (V,)
                 log_p = torch.log_softmax(logits, dim=-1)
-                L = tokens.index(PAD) + 1 if PAD in tokens else len(tokens) + 1
-                penalty = ((5.0 + L) / 6.0) ** alpha
+                penalty = ((5.0 + len(tokens) + 1) / 6.0) ** alpha
                 candidates += [(tokens + [v], log_prob + float(log_p[v]), (log_prob + float(log_p[v])) / penalty)
-                               for v in range(len(log_p))]
+                               for v in range(start)]
             beams = [(tokens, lp) for tokens, lp, _ in sorted(candidates, key=lambda c: -c[2])[:K]]
         return beams
 
