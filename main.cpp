@@ -50,6 +50,7 @@ inline Transformer build_or_load(Options& o, TrainState& state, TrainFile& file)
     if (o.load_path.empty()) return Transformer(o.model, o.seed);
     const long steps = o.train.steps;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, file);
+    reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
     o.model = model.config;
     o.train.steps = steps;
     return model;
@@ -160,8 +161,8 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
                     o.decode.length_penalty);
         auto found = beam_search(model, {example.source}, o.data.seq_len, o.decode.beam, o.decode.length_penalty);
         for (const Hypothesis& h : found[0])
-            std::printf("  %s   log P %9.4f   score %9.4f\n", digits_text(h.tokens, c).c_str(), h.log_prob,
-                        beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty));
+            std::printf("  %s   log P %9s   score %9s\n", digits_text(h.tokens, c).c_str(), number_text(h.log_prob).c_str(),
+                        number_text(beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty)).c_str());
     }
     if (o.show_attention) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());

@@ -81,6 +81,19 @@ inline void warn_if_evaluation_dominates(const Options& o, std::size_t held_out)
                      evaluation / between);
 }
 
+// A resumed run's linear schedule is recomputed over the whole, longer run (steps 1 .. last), so its first
+// step may train faster than the saved run's last did: at lr / (first - 1) when that run ended its schedule
+// there. Said on stderr when it rises (docs/checkpoints.md has the figures); warmup and constant go on as they were.
+inline void note_resumed_rate(const TrainConfig& t, long first, long last) {
+    if (first == 1 || t.schedule != Schedule::linear) return;
+    const double before = scheduled_lr(t.schedule, t.lr, first - 1, first - 1, t.warmup),
+                 now = scheduled_lr(t.schedule, t.lr, first, last, t.warmup);
+    if (now > before)
+        std::fprintf(stderr, "sorter: note: the linear schedule now runs to step %ld, so step %ld trains at rate %.3g, "
+                     "%.0fx the %.3g of step %ld if the saved run's schedule ended there\n", last, first, now,
+                     now / before, before, first - 1);
+}
+
 // The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched
 // inputs before the first step, and the table's head. Steps first .. last.
 inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last) {
@@ -102,6 +115,7 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
     std::printf("%s", header.c_str());
     warn_if_evaluation_dominates(o, data.held_out.size());
+    note_resumed_rate(o.train, first, last);
     show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, history);
     std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     return history;

@@ -209,6 +209,26 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
     }
     return inputs;
 }
+// The length lab on a loaded model (--load FILE --test-len N): the sinusoidal table is computed, so it is made N
+// rows long; a learned table, or random positions' rows, cannot reach past the rows the model trained with.
+inline void reach_length(Transformer& model, int length, const std::string& load_path) {
+    ModelConfig& c = model.config;
+    if (length <= c.max_len) return;
+    const std::string refused = fmt("--test-len %d with --load %s: ", length, load_path.c_str());
+    switch (c.positions) {
+    case Positions::sinusoidal:
+    case Positions::none:
+        c.max_len = length;
+        model.embed.fixed = sinusoidal_table(length, c.d_model);
+        return;
+    case Positions::learned:
+        fail(refused + fmt("this model's learned position table has %d rows, one for each position it trained at; "
+                           "train a new model with --test-len %d", c.max_len, length));
+    case Positions::random:
+        fail(refused + fmt("random positions read rows drawn from this model's %d, all it trained with; train a new "
+                           "model with --test-len %d", c.max_len, length));
+    }
+}
 inline void length_report(Transformer& model, const Dataset& data, int test_len, const DecodeConfig& how) {
     const DataConfig& trained = data.config;
     std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,

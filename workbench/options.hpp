@@ -176,9 +176,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--warmup", "steps of the warmup schedule's rise", 1, MAX_STEPS, true, &R::warmup),
             whole_flag("--seed", "seed for the weights and the training draws", 0, MAX_SEED, true, &O::seed),
             whole_flag("--eval-every", "steps between held-out evaluations", 1, MAX_STEPS, false, &O::eval_every),
-            scoring(whole_flag("--test-len", "after training, held-out exact-match for every length from 1 to N; N may "
-                       "pass --seq-len (the position table is made that long); 0: none", 0, MAX_SEQ_LEN, true,
-                       &O::test_len)),
+            scoring(whole_flag("--test-len", "after training (or with --load), held-out exact-match for every length "
+                       "from 1 to N; N may pass --seq-len (the position table is made that long); 0: none", 0,
+                       MAX_SEQ_LEN, false, &O::test_len)),
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
                       "make reference", true, &O::dump_step_path)}},
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
@@ -191,11 +191,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
-                        "section 3.4): one matrix of vocab x d_model fewer", true, true, &M::tie_embeddings),
-            {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
-             "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
-             "step h (no training)", false,
-             [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
+                        "section 3.4): one matrix of vocab x d_model fewer", true, true, &M::tie_embeddings)}},
         {"Regularisation (each 0, off, by default)", "./sorter --train-data docs/train-200.txt --dropout 0.1 "
          "--weight-decay 0.003", true, {
             number_flag("--dropout", "in training, zero each entry of the embeddings and of every sublayer's output "
@@ -236,7 +232,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                       &O::svg_dir),
             scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run "
                       "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
-                      &O::report_path))}},
+                      &O::report_path)),
+            {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
+             "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
+             "step h (no training)", false,
+             [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
             path_flag("--save", "FILE", "after training, write the model to FILE (plain text); it may be the --load "

@@ -366,3 +366,35 @@ TEST_CASE("run(): beam search, and the regularisers, in whole runs") {
     std::string maps = run_output({"--load", dir.file("a.txt"), "--show-attention", "--sort", "3", "1", "2", "2", "1"});
     CHECK(contains(maps, "attention dropout (0.1) acts in training only: these are the weights before it"));
 }
+
+// The length lab on a saved model: --test-len only decodes, so it goes with --load. A sinusoidal table is
+// computed to the longest length asked for; a learned table is as long as the model trained it, and a length
+// past it is refused with that reason. A resumed linear schedule says on stderr how its rate jumps.
+TEST_CASE("run(): --test-len with --load, and a resumed linear schedule's note") {
+    TempDir dir("test-len");
+    REQUIRE(run_error({"--steps", "30", "--save", dir.file("sin.txt")}) == "");
+    std::string lab = run_output({"--load", dir.file("sin.txt"), "--test-len", "7"});
+    CHECK(contains(lab, "--- held-out exact-match by input length (trained on lengths 5 to 5) ---"));
+    CHECK(contains(lab, "  length  7: "));
+    REQUIRE(run_error({"--steps", "30", "--pos", "learned", "--save", dir.file("learned.txt")}) == "");
+    CHECK(contains(run_error({"--load", dir.file("learned.txt"), "--test-len", "7"}),
+                   "--test-len 7 with --load " + dir.file("learned.txt") + ": this model's learned position table "
+                   "has 5 rows"));
+    CHECK(run_error({"--load", dir.file("learned.txt"), "--test-len", "5"}) == "");
+
+    std::string note;
+    {
+        std::FILE* f = std::tmpfile();
+        REQUIRE(f);
+        std::FILE* saved_stderr = stderr;
+        stderr = f;
+        run_output({"--load", dir.file("sin.txt"), "--steps", "30"});
+        stderr = saved_stderr;
+        std::rewind(f);
+        for (int ch; (ch = std::fgetc(f)) != EOF;) note += char(ch);
+        std::fclose(f);
+    }
+    // steps 31 to 60 at lr 0.2: step 31's rate 0.2 (1 - 30 / 60) = 0.1; step 30's, had the schedule ended there, 0.2 / 30
+    CHECK(contains(note, "sorter: note: the linear schedule now runs to step 60, so step 31 trains at rate 0.1, 15x "
+                         "the 0.00667 of step 30 if the saved run's schedule ended there"));
+}

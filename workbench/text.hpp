@@ -51,7 +51,9 @@ inline std::string printable(const std::string& text) {  // control bytes and no
 inline std::string number_text(double v, int decimals = 4) {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    return fmt("%.*f", decimals, v);
+    std::string text = fmt("%.*f", decimals, v);
+    if (text.find_first_not_of("-0.") == std::string::npos && text[0] == '-') text.erase(0, 1);  // -1e-5: 0.0000
+    return text;
 }
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
