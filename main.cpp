@@ -160,9 +160,11 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
         std::printf("beam search, beam %d, length penalty %g: the hypotheses, best score first\n", o.decode.beam,
                     o.decode.length_penalty);
         auto found = beam_search(model, {example.source}, o.data.seq_len, o.decode.beam, o.decode.length_penalty);
-        for (const Hypothesis& h : found[0])
-            std::printf("  %s   log P %9s   score %9s\n", digits_text(h.tokens, c).c_str(), number_text(h.log_prob).c_str(),
-                        number_text(beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty)).c_str());
+        for (const Hypothesis& h : found[0]) {
+            double score = beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty);
+            std::printf("  %s   log P %9s   score %9s\n", digits_text(h.tokens, c).c_str(),
+                        number_text(h.log_prob).c_str(), number_text(score).c_str());
+        }
     }
     if (o.show_attention) {
         std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());

@@ -231,8 +231,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                       "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR", false,
                       &O::svg_dir),
             scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run "
-                      "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes", false,
-                      &O::report_path)),
+                      "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes",
+                      false, &O::report_path)),
             {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
              "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
              "step h (no training)", false,

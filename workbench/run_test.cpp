@@ -394,7 +394,8 @@ TEST_CASE("run(): --test-len with --load, and a resumed linear schedule's note")
         for (int ch; (ch = std::fgetc(f)) != EOF;) note += char(ch);
         std::fclose(f);
     }
-    // steps 31 to 60 at lr 0.2: step 31's rate 0.2 (1 - 30 / 60) = 0.1; step 30's, had the schedule ended there, 0.2 / 30
+    // steps 31 to 60 at lr 0.2: step 31's rate 0.2 (1 - 30 / 60) = 0.1; step 30's, had its schedule ended there,
+    // 0.2 / 30
     CHECK(contains(note, "sorter: note: the linear schedule now runs to step 60, so step 31 trains at rate 0.1, 15x "
                          "the 0.00667 of step 30 if the saved run's schedule ended there"));
 }
