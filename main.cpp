@@ -16,7 +16,7 @@
 #include <csignal>
 #include <cstdio>
 
-#include "workbench/checkpoint.hpp"  // --save, --load, --dump-step
+#include "workbench/checkpoint.hpp"  // --save, --load
 #include "workbench/demos.hpp"       // --demo scale, softmax, gradcheck
 #include "workbench/files.hpp"       // --train-data, --sort, atomic writes, output paths
 #include "workbench/history.hpp"     // what a run prints and records as it goes
@@ -24,6 +24,7 @@
 #include "workbench/options.hpp"     // the flags and --help
 #include "workbench/report.hpp"      // --report FILE
 #include "workbench/speed.hpp"       // --speed, --bench
+#include "workbench/step_dump.hpp"   // --dump-step
 #include "workbench/svg.hpp"         // --svg DIR
 #include "workbench/terminal.hpp"    // --show-attention, --show-pe, the loss curve
 

@@ -1,11 +1,10 @@
 // workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state
-// in one plain-text file; and --dump-step, the first training step for make reference.
+// in one plain-text file.
 //
-// Sections: writing; reading, every value checked (a corrupt file is one line naming its line number, never a
-// crash); --dump-step.
+// Sections: the settings' lines (one table for the header and one for the training section, which writing and
+// reading both walk); writing; reading, every value checked with files.hpp's WordReader (a corrupt file is one
+// line naming its line number, never a crash).
 #pragma once
-
-#include <utility>
 
 #include "files.hpp"
 
@@ -24,6 +23,107 @@ constexpr double MAX_STORED = 1e100;
 constexpr double ADAM_M_SQUARED_OVER_S = 3.0;
 
 // ---------------------------------------------------------------------------------------------
+// The settings' lines
+// ---------------------------------------------------------------------------------------------
+
+// The values of the settings' lines in one place, so that a row of the tables below can point at each by member
+// pointer: options.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
+struct Settings {
+    ModelConfig model;
+    DataConfig data;
+    TrainConfig train;
+    long updates = 0;                                           // where training stands: TrainState's
+    uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
+};
+template <typename S, typename T> auto& member(S& s, T Settings::*m) { return s.*m; }
+// One line, "name value": a new setting is one row of a table below, which writing and reading both walk.
+struct SettingRow {
+    std::string name;
+    int version;                                       // the first format version with the line
+    std::function<std::string(const Settings&)> text;  // the value, as written
+    std::function<void(Settings&, WordReader&)> read;  // reads the line, its value checked
+};
+
+// Row builders, one for each kind of value. A whole number prints as %d and %ld do (a switch is one from 0 to 1;
+// a generator's state is below 2^64), a number as %.17g, a choice as its name.
+template <typename C, typename T> SettingRow whole_setting(const char* name, int version, long lo, long hi, T C::*m) {
+    return {name, version, [=](const Settings& s) { return std::to_string(member(s, m)); },
+            [=](Settings& s, WordReader& r) { member(s, m) = T(r.whole(name, lo, hi)); }};
+}
+inline SettingRow draws_setting(const char* name, int version, uint64_t Settings::*m) {
+    return {name, version, [=](const Settings& s) { return std::to_string(s.*m); },
+            [=](Settings& s, WordReader& r) { s.*m = r.whole_u64(name); }};
+}
+template <typename C> SettingRow number_setting(const char* name, int version, double lo, double hi, double C::*m) {
+    return {name, version, [=](const Settings& s) { return fmt("%.17g", member(s, m)); },
+            [=](Settings& s, WordReader& r) { member(s, m) = r.number(name, lo, hi); }};
+}
+template <typename C, typename E>
+SettingRow choice_setting(const char* name, int version, const std::vector<std::string>& names, E C::*m) {
+    return {name, version, [=](const Settings& s) { return names[int(member(s, m))]; },
+            [=](Settings& s, WordReader& r) { member(s, m) = E(r.choice(name, names)); }};
+}
+
+// The header, after the format's version line; read_header then checks the values that must agree.
+inline const std::vector<SettingRow>& header_table() {
+    using M = ModelConfig; using D = DataConfig;  // short: rows fit
+    static const std::vector<SettingRow> table = {
+        whole_setting("vocab", 1, 3, MAX_DIGIT + 2, &M::vocab),
+        whole_setting("max_len", 1, 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN, &M::max_len),
+        whole_setting("d_model", 1, 1, MAX_D_MODEL, &M::d_model),
+        whole_setting("n_heads", 1, 1, MAX_HEADS, &M::n_heads),
+        whole_setting("d_ff", 1, 1, MAX_D_FF, &M::d_ff),
+        whole_setting("enc_layers", 1, 1, MAX_LAYERS, &M::enc_layers),
+        whole_setting("dec_layers", 1, 1, MAX_LAYERS, &M::dec_layers),
+        choice_setting("norm", 1, NORM_NAMES, &M::norm),
+        choice_setting("positions", 1, POSITION_NAMES, &M::positions),
+        choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation),
+        whole_setting("embed_scale", 1, 0, 1, &M::embed_scale),
+        whole_setting("tie_embeddings", 3, 0, 1, &M::tie_embeddings),
+        number_setting("dropout", 3, 0, MAX_FRACTION, &M::dropout),
+        number_setting("attn_dropout", 3, 0, MAX_FRACTION, &M::attn_dropout),
+        choice_setting("task", 1, TASK_NAMES, &D::task),
+        whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
+        whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),
+        whole_setting("max_digit", 1, 1, MAX_DIGIT, &D::max_digit),
+    };
+    return table;
+}
+// The training section, after the line "training" (version 2 on); read_training then checks lr x weight_decay.
+inline const std::vector<SettingRow>& training_table() {
+    using R = TrainConfig; using S = Settings;
+    static const std::vector<SettingRow> table = {
+        choice_setting("optimizer", 2, OPTIMIZER_NAMES, &R::optimizer),
+        {"lr", 2, [](const Settings& s) { return fmt("%.17g", s.train.lr); },
+         [](Settings& s, WordReader& r) {  // a range open at 0: a message of its own
+             std::string lr = r.value_of("lr");
+             if (!parse_finite(lr, s.train.lr) || s.train.lr <= 0 || s.train.lr > MAX_LR)
+                 r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
+         }},
+        choice_setting("schedule", 2, SCHEDULE_NAMES, &R::schedule),
+        whole_setting("warmup", 2, 1, MAX_STEPS, &R::warmup),
+        whole_setting("batch", 2, 1, MAX_BATCH, &R::batch),
+        whole_setting("updates", 2, 0, MAX_STEPS * 1000, &S::updates),
+        draws_setting("draws", 2, &S::draws),
+        draws_setting("position_draws", 2, &S::position_draws),
+        draws_setting("dropout_draws", 3, &S::dropout_draws),
+        number_setting("label_smoothing", 3, 0, MAX_FRACTION, &R::label_smoothing),
+        number_setting("clip", 3, 0, MAX_CLIP, &R::clip),
+        number_setting("weight_decay", 3, 0, MAX_WEIGHT_DECAY, &R::weight_decay),
+    };
+    return table;
+}
+// A table's lines in a file of format `version`: a row of version 3 only in a version 3 file.
+inline void write_settings(FILE* f, const std::vector<SettingRow>& table, const Settings& s, int version) {
+    for (const SettingRow& row : table)
+        if (row.version <= version) std::fprintf(f, "%s %s\n", row.name.c_str(), row.text(s).c_str());
+}
+inline void read_settings(WordReader& r, const std::vector<SettingRow>& table, Settings& s, int version) {
+    for (const SettingRow& row : table)
+        if (row.version <= version) row.read(s, r);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------------------------
 inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
@@ -36,33 +136,21 @@ inline bool needs_version_3(const ModelConfig& c, const TrainConfig& t) {  // a 
 }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const TrainFile& file) {  // the whole file
-    const ModelConfig& c = model.config;
-    const bool v3 = needs_version_3(c, t);
-    std::fprintf(f, "sorter-checkpoint %d\nvocab %d\nmax_len %d\nd_model %d\nn_heads %d\nd_ff %d\nenc_layers %d\n"
-                 "dec_layers %d\n", v3 ? 3 : 2, c.vocab, c.max_len, c.d_model, c.n_heads, c.d_ff, c.enc_layers,
-                 c.dec_layers);
-    std::fprintf(f, "norm %s\npositions %s\nactivation %s\nembed_scale %d\n", NORM_NAMES[int(c.norm)].c_str(),
-                 POSITION_NAMES[int(c.positions)].c_str(), ACTIVATION_NAMES[int(c.activation)].c_str(),
-                 c.embed_scale ? 1 : 0);
-    if (v3)
-        std::fprintf(f, "tie_embeddings %d\ndropout %.17g\nattn_dropout %.17g\n", c.tie_embeddings ? 1 : 0, c.dropout,
-                     c.attn_dropout);
-    std::fprintf(f, "task %s\nseq_len %d\nmin_len %d\nmax_digit %d\n", TASK_NAMES[int(d.task)].c_str(), d.seq_len,
-                 d.min_len, d.max_digit);
+    const int version = needs_version_3(model.config, t) ? 3 : 2;
+    Settings s{model.config, d, t, state.updates, state.batch_draws.state, model.position_draws.state,
+               model.dropout_draws.state};
+    const Optimizer& opt = state.optimizer;
+    s.train.optimizer = opt.kind;  // the optimizer training holds
+    std::fprintf(f, "sorter-checkpoint %d\n", version);
+    write_settings(f, header_table(), s, version);
     auto params = model.parameters();
     std::fprintf(f, "tensors %zu\n", params.size());
     for (auto& [name, p] : params) {
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
         write_matrix(f, p->value);
     }
-    const Optimizer& opt = state.optimizer;
-    std::fprintf(f, "training\noptimizer %s\nlr %.17g\nschedule %s\nwarmup %ld\nbatch %d\nupdates %ld\ndraws %llu\n"
-                 "position_draws %llu\n", OPTIMIZER_NAMES[int(opt.kind)].c_str(), t.lr,
-                 SCHEDULE_NAMES[int(t.schedule)].c_str(), t.warmup, t.batch, state.updates,
-                 (unsigned long long)state.batch_draws.state, (unsigned long long)model.position_draws.state);
-    if (v3)
-        std::fprintf(f, "dropout_draws %llu\nlabel_smoothing %.17g\nclip %.17g\nweight_decay %.17g\n",
-                     (unsigned long long)model.dropout_draws.state, t.label_smoothing, t.clip, t.weight_decay);
+    std::fprintf(f, "training\n");
+    write_settings(f, training_table(), s, version);
     if (file.lines > 0)  // only after --train-data: files of generated data are as they were
         std::fprintf(f, "train_data %ld %llu\n", file.lines, (unsigned long long)file.fingerprint);
     for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
@@ -79,13 +167,11 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
     // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
     // written unreadable.
     for (auto& [name, p] : model.parameters())
-        for (double v : p->value.data) {
-            if (!std::isfinite(v))
-                fail("--save " + path + ": tensor '" + name + "' holds nan or inf (training diverged); not saved");
-            if (std::fabs(v) > MAX_STORED)
-                fail("--save " + path + ": tensor '" + name + fmt("' holds a value beyond %g (training diverged); "
-                                                                  "not saved", MAX_STORED));
-        }
+        for (double v : p->value.data)
+            if (!std::isfinite(v) || std::fabs(v) > MAX_STORED)
+                fail("--save " + path + ": tensor '" + name + "' holds " +
+                     (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf") +
+                     " (training diverged); not saved");
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, file); });
 }
 
@@ -99,67 +185,6 @@ inline long parameter_count(const ModelConfig& c) {
     return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
            norm + (c.tie_embeddings ? 0 : d * vocab) + vocab;
 }
-
-// Reads a checkpoint word by word; a word over 64 characters is an error, so no file can make a huge string.
-struct WordReader {
-    std::istream& in;
-    std::string where;  // "--load FILE", the start of every message
-    long long line = 1;  // 64 bits: a file of 2^31 newlines must not overflow it
-    std::string at() const { return where + " line " + std::to_string(line); }  // the place, for a message
-    [[noreturn]] void error(const std::string& what) const { fail(at() + ": " + what); }
-    std::string pushed;  // a word read ahead and put back
-    void put_back(const std::string& w) { pushed = w; }
-    std::string next() {  // "" at the end of the file
-        if (!pushed.empty()) return std::exchange(pushed, "");
-        int c;
-        while ((c = in.peek()) != EOF && std::isspace(c))
-            if (in.get() == '\n') line++;
-        std::string w;
-        while ((c = in.peek()) != EOF && !std::isspace(c)) {
-            if (w.size() == 64) error("a word longer than 64 characters");
-            w += char(in.get());
-        }
-        return w;
-    }
-    std::string expect(const std::string& what) {  // the next word, which must be there
-        std::string w = next();
-        if (w.empty()) error("the file ends early (truncated): expected " + what);
-        return w;
-    }
-    std::string value_of(const std::string& key) {  // the value after "key", on the same line
-        std::string w = expect("'" + key + "'");
-        if (w != key) error("expected '" + key + "', found '" + w + "'");
-        long long key_line = line;
-        w = expect("the value of " + key);
-        if (line != key_line) fail(where + " line " + std::to_string(key_line) + ": '" + key + "' has no value");
-        return w;
-    }
-    long whole(const std::string& key, long lo, long hi) {
-        std::string w = value_of(key);
-        return whole_or_fail(at() + ": " + key, w, lo, hi);
-    }
-    // A whole number below 2^64 (a generator's state, a fingerprint): after "key", or, with key "", the next
-    // word, which must be on line `on_line`.
-    uint64_t whole_u64(const std::string& key, long long on_line = 0) {
-        std::string w = key.empty() ? expect("a whole number") : value_of(key);
-        if (key.empty() && line != on_line) fail(where + " line " + std::to_string(on_line) + ": a value is missing");
-        errno = 0;
-        uint64_t v = number_syntax(w, true) ? std::strtoull(w.c_str(), nullptr, 10) : 0;
-        if (!number_syntax(w, true) || errno == ERANGE)
-            error((key.empty() ? "" : key + " ") + w + ": expected a whole number below 2^64");
-        return v;
-    }
-    double number(const std::string& key, double lo, double hi) {  // lo <= X <= hi
-        std::string w = value_of(key);
-        double v = 0;
-        if (!parse_finite(w, v) || v < lo || v > hi) error(key + " " + w + fmt(": expected a number from %g to %g", lo, hi));
-        return v;
-    }
-    int choice(const std::string& key, const std::vector<std::string>& names) {
-        std::string w = value_of(key);
-        return choice_or_fail(at() + ": " + key, w, names);
-    }
-};
 
 // The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m. Each is
 // a finite number of at most MAX_STORED in size, and passes `check` (which returns what is wrong, or "").
@@ -181,35 +206,22 @@ inline void read_values(WordReader& r, const std::string& what, Matrix& m,
     }
 }
 
-// Version 2's training section, after the tensors: the settings, the optimizer's update count and
-// running means (none for SGD, none before the first update), and the training draws.
+// Version 2's training section, after the tensors: its lines (training_table), the train_data line of a
+// --train-data run, and the optimizer's running means (none for SGD, none before the first update).
 inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, TrainState& state, TrainFile& file,
-                          bool v3) {
-    Optimizer& opt = state.optimizer = Optimizer(OptimizerKind(r.choice("optimizer", OPTIMIZER_NAMES)));
-    std::string lr = r.value_of("lr");
-    if (!parse_finite(lr, t.lr) || t.lr <= 0 || t.lr > MAX_LR)
-        r.error("lr " + lr + fmt(": expected above 0 and at most %g", MAX_LR));
-    t.optimizer = opt.kind;
-    t.schedule = Schedule(r.choice("schedule", SCHEDULE_NAMES));
-    t.warmup = r.whole("warmup", 1, MAX_STEPS);
-    t.batch = int(r.whole("batch", 1, MAX_BATCH));
-    state.updates = r.whole("updates", 0, MAX_STEPS * 1000);
-    state.batch_draws.state = r.whole_u64("draws");  // the generators' states
-    model.position_draws.state = r.whole_u64("position_draws");
-    if (v3) {  // the regularisers
-        model.dropout_draws.state = r.whole_u64("dropout_draws");
-        t.label_smoothing = r.number("label_smoothing", 0, MAX_FRACTION);
-        opt.clip = t.clip = r.number("clip", 0, MAX_CLIP);
-        opt.weight_decay = t.weight_decay = r.number("weight_decay", 0, MAX_WEIGHT_DECAY);
-        if (t.lr * t.weight_decay >= 1.0) r.error("weight_decay: lr x weight_decay must stay below 1");
-    }
+                          int version) {
+    Settings s;
+    s.train = t, s.dropout_draws = model.dropout_draws.state;  // what the file does not list stays as it was
+    read_settings(r, training_table(), s, version);
+    if (s.train.lr * s.train.weight_decay >= 1.0) r.error("weight_decay: lr x weight_decay must stay below 1");
+    t = s.train, state.updates = s.updates, state.batch_draws.state = s.draws;
+    model.position_draws.state = s.position_draws, model.dropout_draws.state = s.dropout_draws;
+    Optimizer& opt = state.optimizer = Optimizer(t.optimizer, t.weight_decay, t.clip);
     std::string w = r.next();
+    r.put_back(w);
     if (w == "train_data") {  // only a model trained on a --train-data file: its size and fingerprint
-        r.put_back(w);
         file.lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
         file.fingerprint = r.whole_u64("", r.line);
-    } else {
-        r.put_back(w);
     }
     if (state.updates == 0 || opt.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
@@ -239,28 +251,12 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
     }
 }
 
-// The header, in the order write_checkpoint writes it, each value checked, then the values that must agree.
-inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, bool v3) {
-    c.vocab = r.whole("vocab", 3, MAX_DIGIT + 2);
-    c.max_len = r.whole("max_len", 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN);
-    c.d_model = r.whole("d_model", 1, MAX_D_MODEL);
-    c.n_heads = r.whole("n_heads", 1, MAX_HEADS);
-    c.d_ff = r.whole("d_ff", 1, MAX_D_FF);
-    c.enc_layers = r.whole("enc_layers", 1, MAX_LAYERS);
-    c.dec_layers = r.whole("dec_layers", 1, MAX_LAYERS);
-    c.norm = Norm(r.choice("norm", NORM_NAMES));
-    c.positions = Positions(r.choice("positions", POSITION_NAMES));
-    c.activation = Activation(r.choice("activation", ACTIVATION_NAMES));
-    c.embed_scale = r.whole("embed_scale", 0, 1) == 1;
-    if (v3) {
-        c.tie_embeddings = r.whole("tie_embeddings", 0, 1) == 1;
-        c.dropout = r.number("dropout", 0, MAX_FRACTION);
-        c.attn_dropout = r.number("attn_dropout", 0, MAX_FRACTION);
-    }
-    d.task = Task(r.choice("task", TASK_NAMES));
-    d.seq_len = r.whole("seq_len", 1, MAX_SEQ_LEN);
-    d.min_len = r.whole("min_len", 1, MAX_SEQ_LEN);
-    d.max_digit = r.whole("max_digit", 1, MAX_DIGIT);
+// The header (header_table), then the values that must agree.
+inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int version) {
+    Settings s;
+    s.model = c, s.data = d;  // what the file does not list stays as it was
+    read_settings(r, header_table(), s, version);
+    c = s.model, d = s.data;
     std::string header = r.where + " header: ";  // two header values that disagree
     if (c.d_model % c.n_heads != 0)
         fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
@@ -323,7 +319,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     if (version != "1" && version != "2" && version != "3")
         r.error("format version " + version + " is not supported (this program reads versions 1, 2 and 3)");
     ModelConfig c;
-    read_header(r, c, d, version == "3");
+    read_header(r, c, d, std::stoi(version));
     long count = r.whole("tensors", 1, 1000);
     check_room_for(r, c);
     Transformer model(c, 0);
@@ -334,7 +330,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     if (w.empty()) r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
     if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
-    if (version != "1") read_training(r, model, t, state, file, version == "3");
+    if (version != "1") read_training(r, model, t, state, file, std::stoi(version));
     if (version != "1") w = r.expect("'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
@@ -345,73 +341,4 @@ inline Transformer load_checkpoint(const std::string& path, DataConfig& d, Train
                                    TrainFile& file) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
     return read_checkpoint(in, "--load " + path, d, t, state, file);
-}
-
-
-// ---------------------------------------------------------------------------------------------
-// --dump-step FILE: the first step before its update, for reference/torch_sorter.py: lr, each example and
-// its logits, dropout's masks (when on), the loss (batch_loss's, as train_step sums it, so the same to the last
-// bit; label-smoothed when smoothing is on, as PyTorch's loss is), the model as a checkpoint.
-inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
-    std::vector<std::string> words;
-    for (int t : tokens) words.push_back(std::to_string(t));
-    return join(words, " ");
-}
-// Dropout's masks as the step draws them, for the twin to replay, each (rows, cols) with its place's name:
-// the embeddings', each sublayer's, and each attention's (its heads' (T, S) factors stacked, sequence by
-// sequence, head by head). A place with nothing dropped is left out.
-inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transformer& model) {
-    std::vector<std::pair<std::string, Matrix>> masks = {{"embed.source", model.source_keep},
-                                                         {"embed.target", model.target_keep}};
-    auto heads = [](const MultiHeadAttention& attn) {
-        std::vector<Matrix> keeps;
-        for (const AttentionCache& head : attn.heads) keeps.push_back(head.keep);
-        return attn.heads[0].keep.empty() ? Matrix() : stack_rows(keeps);
-    };
-    for (std::size_t i = 0; i < model.encoder.size(); i++) {
-        const EncoderBlock& b = model.encoder[i];
-        std::string name = "encoder." + std::to_string(i);
-        masks.insert(masks.end(), {{name + ".attn_sub", b.attn_sub.keep}, {name + ".self_attn", heads(b.self_attn)},
-                                   {name + ".ffn_sub", b.ffn_sub.keep}});
-    }
-    for (std::size_t i = 0; i < model.decoder.size(); i++) {
-        const DecoderBlock& b = model.decoder[i];
-        std::string name = "decoder." + std::to_string(i);
-        masks.insert(masks.end(), {{name + ".self_sub", b.self_sub.keep}, {name + ".self_attn", heads(b.self_attn)},
-                                   {name + ".cross_sub", b.cross_sub.keep}, {name + ".cross_attn", heads(b.cross_attn)},
-                                   {name + ".ffn_sub", b.ffn_sub.keep}});
-    }
-    masks.erase(std::remove_if(masks.begin(), masks.end(), [](auto& m) { return m.second.empty(); }), masks.end());
-    return masks;
-}
-inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
-                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const TrainFile& file) {
-    Inputs in = inputs_of(batch, 0, batch.size());
-    const Rng masks = model.dropout_draws;  // the step will draw the same masks again from here
-    model.train(true);                      // as train_step runs the batch: one stack of rows, dropout on
-    Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab)
-    model.train(false);
-    model.dropout_draws = masks;
-    Matrix unused(logits.rows, logits.cols);  // the gradient, not needed here
-    const Loss loss = batch_loss(logits, batch, t.label_smoothing, unused);
-    const int T = logits.rows / int(batch.size());
-    write_atomically(path, "--dump-step", [&](FILE* f) {
-        std::fprintf(f, "sorter-step 1\nlr %.17g\nexamples %zu\n", lr, batch.size());
-        for (std::size_t i = 0; i < batch.size(); i++) {
-            const Example& e = batch[i];
-            Matrix logits_e = take_block(logits, int(i) * T, T, 0, logits.cols);
-            std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i,
-                         ids_text(e.source).c_str(), ids_text(e.target_in).c_str(), ids_text(e.target).c_str(),
-                         logits_e.rows, logits_e.cols);
-            write_matrix(f, logits_e);
-        }
-        std::vector<std::pair<std::string, Matrix>> kept = dropout_masks(model);
-        if (!kept.empty()) std::fprintf(f, "masks %zu\n", kept.size());  // only with dropout on
-        for (auto& [name, keep] : kept) {
-            std::fprintf(f, "mask %s %d %d\n", name.c_str(), keep.rows, keep.cols);
-            write_matrix(f, keep);
-        }
-        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss.followed);  // the loss training follows
-        write_checkpoint(f, model, d, t, state, file);
-    });
 }

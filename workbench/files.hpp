@@ -1,8 +1,9 @@
 // workbench/files.hpp -- the files the program reads and writes: input files checked line by line,
 // every output written whole or not at all, and every output path checked before training.
 //
-// Sections: --sort digits and --train-data files; opening an input; the atomic write (and the signal
-// handler that removes its temporary file); the output paths, checked before any work.
+// Sections: --sort digits and --train-data files; opening an input; reading a file word by word (a
+// checkpoint); the atomic write (and the signal handler that removes its temporary file); the output paths,
+// checked before any work.
 #pragma once
 
 #include <fcntl.h>     // open with O_EXCL | O_NOFOLLOW (POSIX): the temporary file of an atomic write
@@ -12,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "options.hpp"
 
@@ -83,6 +85,69 @@ inline std::vector<std::vector<int>> load_train_data(const std::string& path, co
     std::ifstream in = open_input(path, "--train-data " + path);
     return read_train_data(in, d, "--train-data " + path);
 }
+
+// Reads a plain-text file (a checkpoint) word by word; a word over 64 characters is an error, so no file can
+// make a huge string.
+struct WordReader {
+    std::istream& in;
+    std::string where;  // "--load FILE", the start of every message
+    long long line = 1;  // 64 bits: a file of 2^31 newlines must not overflow it
+    std::string at() const { return where + " line " + std::to_string(line); }  // the place, for a message
+    [[noreturn]] void error(const std::string& what) const { fail(at() + ": " + what); }
+    std::string pushed;  // a word read ahead and put back
+    void put_back(const std::string& w) { pushed = w; }
+    std::string next() {  // "" at the end of the file
+        if (!pushed.empty()) return std::exchange(pushed, "");
+        int c;
+        while ((c = in.peek()) != EOF && std::isspace(c))
+            if (in.get() == '\n') line++;
+        std::string w;
+        while ((c = in.peek()) != EOF && !std::isspace(c)) {
+            if (w.size() == 64) error("a word longer than 64 characters");
+            w += char(in.get());
+        }
+        return w;
+    }
+    std::string expect(const std::string& what) {  // the next word, which must be there
+        std::string w = next();
+        if (w.empty()) error("the file ends early (truncated): expected " + what);
+        return w;
+    }
+    std::string value_of(const std::string& key) {  // the value after "key", on the same line
+        std::string w = expect("'" + key + "'");
+        if (w != key) error("expected '" + key + "', found '" + w + "'");
+        long long key_line = line;
+        w = expect("the value of " + key);
+        if (line != key_line) fail(where + " line " + std::to_string(key_line) + ": '" + key + "' has no value");
+        return w;
+    }
+    long whole(const std::string& key, long lo, long hi) {
+        std::string w = value_of(key);
+        return whole_or_fail(at() + ": " + key, w, lo, hi);
+    }
+    // A whole number below 2^64 (a generator's state, a fingerprint): after "key", or, with key "", the next
+    // word, which must be on line `on_line`.
+    uint64_t whole_u64(const std::string& key, long long on_line = 0) {
+        std::string w = key.empty() ? expect("a whole number") : value_of(key);
+        if (key.empty() && line != on_line) fail(where + " line " + std::to_string(on_line) + ": a value is missing");
+        errno = 0;
+        uint64_t v = number_syntax(w, true) ? std::strtoull(w.c_str(), nullptr, 10) : 0;
+        if (!number_syntax(w, true) || errno == ERANGE)
+            error((key.empty() ? "" : key + " ") + w + ": expected a whole number below 2^64");
+        return v;
+    }
+    double number(const std::string& key, double lo, double hi) {  // lo <= X <= hi
+        std::string w = value_of(key);
+        double v = 0;
+        if (!parse_finite(w, v) || v < lo || v > hi)
+            error(key + " " + w + fmt(": expected a number from %g to %g", lo, hi));
+        return v;
+    }
+    int choice(const std::string& key, const std::vector<std::string>& names) {
+        std::string w = value_of(key);
+        return choice_or_fail(at() + ": " + key, w, names);
+    }
+};
 
 // The --train-data file a model trained on, as its checkpoint keeps it: how many sequences, and their fingerprint.
 struct TrainFile {

@@ -1,0 +1,71 @@
+// workbench/step_dump.hpp -- --dump-step FILE: the first training step before its update, for
+// reference/torch_sorter.py (make reference): lr, each example and its logits, dropout's masks (when on), the
+// loss (batch_loss's, as train_step sums it, so the same to the last bit; label-smoothed when smoothing is on,
+// as PyTorch's loss is), and the model as a checkpoint.
+#pragma once
+
+#include "checkpoint.hpp"
+
+inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
+    std::vector<std::string> words;
+    for (int t : tokens) words.push_back(std::to_string(t));
+    return join(words, " ");
+}
+// Dropout's masks as the step draws them, for the twin to replay, each (rows, cols) with its place's name:
+// the embeddings', each sublayer's, and each attention's (its heads' (T, S) factors stacked, sequence by
+// sequence, head by head). A place with nothing dropped is left out.
+inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transformer& model) {
+    std::vector<std::pair<std::string, Matrix>> masks = {{"embed.source", model.source_keep},
+                                                         {"embed.target", model.target_keep}};
+    auto heads = [](const MultiHeadAttention& attn) {
+        std::vector<Matrix> keeps;
+        for (const AttentionCache& head : attn.heads) keeps.push_back(head.keep);
+        return attn.heads[0].keep.empty() ? Matrix() : stack_rows(keeps);
+    };
+    for (std::size_t i = 0; i < model.encoder.size(); i++) {
+        const EncoderBlock& b = model.encoder[i];
+        std::string name = "encoder." + std::to_string(i);
+        masks.insert(masks.end(), {{name + ".attn_sub", b.attn_sub.keep}, {name + ".self_attn", heads(b.self_attn)},
+                                   {name + ".ffn_sub", b.ffn_sub.keep}});
+    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++) {
+        const DecoderBlock& b = model.decoder[i];
+        std::string name = "decoder." + std::to_string(i);
+        masks.insert(masks.end(), {{name + ".self_sub", b.self_sub.keep}, {name + ".self_attn", heads(b.self_attn)},
+                                   {name + ".cross_sub", b.cross_sub.keep}, {name + ".cross_attn", heads(b.cross_attn)},
+                                   {name + ".ffn_sub", b.ffn_sub.keep}});
+    }
+    masks.erase(std::remove_if(masks.begin(), masks.end(), [](auto& m) { return m.second.empty(); }), masks.end());
+    return masks;
+}
+inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
+                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const TrainFile& file) {
+    Inputs in = inputs_of(batch, 0, batch.size());
+    const Rng masks = model.dropout_draws;  // the step will draw the same masks again from here
+    model.train(true);                      // as train_step runs the batch: one stack of rows, dropout on
+    Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab)
+    model.train(false);
+    model.dropout_draws = masks;
+    Matrix unused(logits.rows, logits.cols);  // the gradient, not needed here
+    const Loss loss = batch_loss(logits, batch, t.label_smoothing, unused);
+    const int T = logits.rows / int(batch.size());
+    write_atomically(path, "--dump-step", [&](FILE* f) {
+        std::fprintf(f, "sorter-step 1\nlr %.17g\nexamples %zu\n", lr, batch.size());
+        for (std::size_t i = 0; i < batch.size(); i++) {
+            const Example& e = batch[i];
+            Matrix logits_e = take_block(logits, int(i) * T, T, 0, logits.cols);
+            std::fprintf(f, "example %zu\nsource %s\ntarget_in %s\ntarget %s\nlogits %d %d\n", i,
+                         ids_text(e.source).c_str(), ids_text(e.target_in).c_str(), ids_text(e.target).c_str(),
+                         logits_e.rows, logits_e.cols);
+            write_matrix(f, logits_e);
+        }
+        std::vector<std::pair<std::string, Matrix>> kept = dropout_masks(model);
+        if (!kept.empty()) std::fprintf(f, "masks %zu\n", kept.size());  // only with dropout on
+        for (auto& [name, keep] : kept) {
+            std::fprintf(f, "mask %s %d %d\n", name.c_str(), keep.rows, keep.cols);
+            write_matrix(f, keep);
+        }
+        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss.followed);  // the loss training follows
+        write_checkpoint(f, model, d, t, state, file);
+    });
+}
