@@ -46,14 +46,18 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
 // 2. The model and the data
 // =============================================================================================
 // A new model from the flags, or the one --load names. With --load, the options then say what the checkpoint
-// holds (--steps stays: how many steps more), and `state` and `file` where its training stood.
-inline Transformer build_or_load(Options& o, TrainState& state, TrainFile& file) {
+// holds (--steps stays: how many steps more, and a file that did not keep its seed leaves it unknown), and
+// `state` and `origin` where its training stood and what it was made from.
+inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) {
+    origin.seed = long(o.seed);
     if (o.load_path.empty()) return Transformer(o.model, o.seed);
     const long steps = o.train.steps;
-    Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, file);
+    Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
     reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
     o.model = model.config;
     o.train.steps = steps;
+    o.seed_unknown = origin.seed < 0;
+    if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
     return model;
 }
 
@@ -61,9 +65,9 @@ inline Transformer build_or_load(Options& o, TrainState& state, TrainFile& file)
 inline std::string loaded_text(const Options& o, const TrainState& state) {
     const ModelConfig& c = o.model;
     return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, max_digit %d; "
-               "%ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers, c.dec_layers,
-               TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
-               state.updates);
+               "seed %s, %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers,
+               c.dec_layers, TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
+               seed_text(o).c_str(), state.updates);
 }
 
 // Training needs a held-out set: half of all sources at most are held out, and half of 1 is none.
@@ -100,7 +104,7 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
 // inputs it watches. Steps are numbered on from the updates already made, and the schedule sees the run as
 // that much longer. The step itself, draw to update, is train_step in train.hpp.
 inline History train_run(const Options& o, const Dataset& data, Transformer& model, TrainState& state,
-                         const TrainFile& file) {
+                         const Origin& origin) {
     const long first = state.updates + 1, last = state.updates + o.train.steps;
     History history = begin_run(o, data, model, first, last);
     if (first == 1 && last >= 1 && !o.dump_step_path.empty()) {  // step 1 as it is about to run, for the twin
@@ -109,7 +113,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         double lr = scheduled_lr(o.train.schedule, o.train.lr, 1, last, o.train.warmup);
         TrainState at_step_1 = state;  // as the checkpoint of a run stopped after drawing step 1's batch
         at_step_1.batch_draws = batch_draws;
-        dump_step(o.dump_step_path, model, batch, lr, o.data, o.train, at_step_1, file);
+        dump_step(o.dump_step_path, model, batch, lr, o.data, o.train, at_step_1, origin);
     }
     double train_seconds = 0.0;
     training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
@@ -178,9 +182,9 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
 
 // The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
 inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
-                          const TrainFile& file, const Example& example, bool sort_asked, History& history) {
+                          const Origin& origin, const Example& example, bool sort_asked, History& history) {
     if (!o.save_path.empty()) {
-        save_checkpoint(o.save_path, model, o.data, o.train, state, file);
+        save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
         std::printf("saved %s\n", o.save_path.c_str());
     }
     if (!o.svg_dir.empty())
@@ -201,14 +205,14 @@ inline int run(Options o) {
     if (run_alone(o)) return 0;
     check_output_paths(o);
     TrainState state(o.train, o.seed);  // a new run: no update yet, the seed's training draws
-    TrainFile file;                     // the --train-data file the model trains on (none: generated data)
-    Transformer model = build_or_load(o, state, file);
+    Origin origin;                     // the --train-data file the model trains on (none: generated data)
+    Transformer model = build_or_load(o, state, origin);
     std::vector<std::vector<int>> pool;
-    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, file);
+    if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, origin);
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
-        check_train_data(o.load_path, o.train_data_path, file, pool, reads_held_out(o));
-    file = {long(pool.size()), pool.empty() ? 0 : pool_fingerprint(pool)};
+        check_train_data(o.load_path, o.train_data_path, origin, pool, reads_held_out(o));
+    origin.train_lines = long(pool.size()), origin.train_fingerprint = pool.empty() ? 0 : pool_fingerprint(pool);
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();
     std::vector<int> digits;
@@ -225,7 +229,7 @@ inline int run(Options o) {
     history.decoding = o.decode;
     if (o.load_path.empty() || o.train.steps > 0) {
         check_held_out(o, data);
-        history = train_run(o, data, model, state, file);
+        history = train_run(o, data, model, state, origin);
     } else if (!sort_asked || !o.report_path.empty()) {
         loaded += decoding_text(o.decode);  // (a run that trains says it in its header)
         std::printf("%s", decoding_text(o.decode).c_str());
@@ -233,7 +237,7 @@ inline int run(Options o) {
     }
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too
     show_after_training(o, model, data, example, sort_asked);
-    write_outputs(o, model, data, state, file, example, sort_asked, history);
+    write_outputs(o, model, data, state, origin, example, sort_asked, history);
     return history.interrupted_at ? 130 : 0;  // 128 + SIGINT, as a shell reports a run cut short by Ctrl-C
 }
 

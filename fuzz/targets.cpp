@@ -29,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         DataConfig data;
         TrainConfig train;
         TrainState state(train, 1);
-        TrainFile file;
-        read_checkpoint(in, "--load fuzz", data, train, state, file);
+        Origin origin;
+        read_checkpoint(in, "--load fuzz", data, train, state, origin);
 #elif defined(FUZZ_TRAIN_DATA)
         DataConfig data;
         data.min_len = 1;  // variable lengths, so that more lines are valid
@@ -54,8 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
         DataConfig data;
         TrainConfig train;
         TrainState state(train, 1);
-        TrainFile file;
-        Transformer model = read_checkpoint(in, "--load fuzz", data, train, state, file);
+        Origin origin;
+        Transformer model = read_checkpoint(in, "--load fuzz", data, train, state, origin);
         Rng rng(1);
         Example e = make_example(random_digits(rng, data), data);
         std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];

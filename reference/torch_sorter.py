@@ -425,8 +425,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"]):
-        raise ValueError(f"not a sorter checkpoint, version 1, 2 or 3 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 4 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -439,7 +439,7 @@ def parse_checkpoint(text):
         tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
     training = {}
-    if words[at] == "training":  # versions 2 and 3: the settings, then (momentum, Adam) the running means
+    if words[at] == "training":  # versions 2 to 4: the settings, then (momentum, Adam) the running means
         at += 1
         while words[at] not in ("m", "end"):
             key = words[at]
@@ -479,7 +479,8 @@ class StepDump:
     targets: list = field(default_factory=list)      # B lists of T tokens
     logits: list = field(default_factory=list)       # B tensors (T, V), before the update
     masks: dict = field(default_factory=dict)        # dropout's factors by name, (rows, cols) as sorter stacks them
-    loss: float = 0.0                                # the batch's mean loss, before the update
+    loss: float = 0.0                                # the batch's mean cross-entropy, before the update
+    smoothed_loss: float = None                      # with label smoothing: the smoothed loss training follows
     checkpoint: Checkpoint = None                    # the model before the step
 
 
@@ -514,6 +515,8 @@ def parse_step_dump(text):
             dump.masks[name] = torch.tensor(values, dtype=torch.float64).view(int(rows), int(cols))
             at += int(rows)
     dump.loss = float(take("loss")[0])
+    if lines[at].startswith("smoothed_loss "):  # only with label smoothing on
+        dump.smoothed_loss = float(take("smoothed_loss")[0])
     take("checkpoint")
     dump.checkpoint = parse_checkpoint("\n".join(lines[at:]))
     return dump
@@ -582,8 +585,13 @@ def replay_step(dump, after):
     logits = model.forward(source, target_in)  # (B, T, V)
     logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
     training = dump.checkpoint.training
-    loss = cross_entropy(logits, target, float(training.get("label_smoothing", 0)))
-    loss_diff = abs(loss.item() - dump.loss)
+    smoothing = float(training.get("label_smoothing", 0))
+    loss = cross_entropy(logits, target, smoothing)  # the loss training follows
+    plain = loss if smoothing == 0 else cross_entropy(logits.detach(), target, 0.0)
+    if smoothing > 0 and dump.smoothed_loss is None:
+        raise ValueError("the model has label smoothing, and the step dump holds no smoothed_loss")
+    loss_diff = max(abs(plain.item() - dump.loss),
+                    abs(loss.item() - dump.smoothed_loss) if smoothing > 0 else 0.0)
     loss.backward()
     norm = update(model.parameters(), dump.lr, training)
     clip = float(training.get("clip", 0))

@@ -13,7 +13,8 @@
 // The format is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The
 // sinusoidal table is computed, not stored. Version 2 adds a training section after the tensors, so --load FILE
 // --steps N goes on where the run stopped (version 1 files still load). Version 3 adds the regularisers' lines
-// (header and training), written only when one is on: a model without is version 2, byte for byte as before.
+// (header and training), which it wrote only when one was on; version 4, the one written now, writes every line
+// and adds the seed. A setting's first version is in its row below.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
@@ -32,6 +33,7 @@ struct Settings {
     ModelConfig model;
     DataConfig data;
     TrainConfig train;
+    long seed = -1;                                             // Origin's: -1 unknown, written "unknown"
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
 };
@@ -103,6 +105,11 @@ inline const std::vector<SettingRow>& training_table() {
         choice_setting("schedule", 2, SCHEDULE_NAMES, &R::schedule),
         whole_setting("warmup", 2, 1, MAX_STEPS, &R::warmup),
         whole_setting("batch", 2, 1, MAX_BATCH, &R::batch),
+        {"seed", 4, [](const Settings& s) { return s.seed < 0 ? std::string("unknown") : std::to_string(s.seed); },
+         [](Settings& s, WordReader& r) {  // a file saved again after --load of one that did not keep it: unknown
+             std::string w = r.value_of("seed");
+             s.seed = w == "unknown" ? -1 : whole_or_fail(r.at() + ": seed", w, 0, MAX_SEED);
+         }},
         whole_setting("updates", 2, 0, MAX_STEPS * 1000, &S::updates),
         draws_setting("draws", 2, &S::draws),
         draws_setting("position_draws", 2, &S::position_draws),
@@ -113,7 +120,7 @@ inline const std::vector<SettingRow>& training_table() {
     };
     return table;
 }
-// A table's lines in a file of format `version`: a row of version 3 only in a version 3 file.
+// A table's lines in a file of format `version`: a row of version 3 only in a file of version 3 or later.
 inline void write_settings(FILE* f, const std::vector<SettingRow>& table, const Settings& s, int version) {
     for (const SettingRow& row : table)
         if (row.version <= version) std::fprintf(f, "%s %s\n", row.name.c_str(), row.text(s).c_str());
@@ -130,14 +137,11 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
     for (int r = 0; r < m.rows; r++)
         for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
 }
-inline bool needs_version_3(const ModelConfig& c, const TrainConfig& t) {  // a regulariser is on
-    return c.tie_embeddings || c.dropout > 0 || c.attn_dropout > 0 || t.label_smoothing > 0 || t.clip > 0 ||
-           t.weight_decay > 0;
-}
+constexpr int CHECKPOINT_VERSION = 4;  // the version written; versions 1 to 4 are read
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
-                             const TrainState& state, const TrainFile& file) {  // the whole file
-    const int version = needs_version_3(model.config, t) ? 3 : 2;
-    Settings s{model.config, d, t, state.updates, state.batch_draws.state, model.position_draws.state,
+                             const TrainState& state, const Origin& origin) {  // the whole file
+    const int version = CHECKPOINT_VERSION;
+    Settings s{model.config, d, t, origin.seed, state.updates, state.batch_draws.state, model.position_draws.state,
                model.dropout_draws.state};
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
@@ -151,8 +155,8 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     }
     std::fprintf(f, "training\n");
     write_settings(f, training_table(), s, version);
-    if (file.lines > 0)  // only after --train-data: files of generated data are as they were
-        std::fprintf(f, "train_data %ld %llu\n", file.lines, (unsigned long long)file.fingerprint);
+    if (origin.train_lines > 0)  // only after --train-data: files of generated data are as they were
+        std::fprintf(f, "train_data %ld %llu\n", origin.train_lines, (unsigned long long)origin.train_fingerprint);
     for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, opt.m[k]);
@@ -163,7 +167,7 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     std::fprintf(f, "end\n");
 }
 inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
-                            const TrainState& state, const TrainFile& file) {  // --save FILE
+                            const TrainState& state, const Origin& origin) {  // --save FILE
     // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
     // written unreadable.
     for (auto& [name, p] : model.parameters())
@@ -172,7 +176,7 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
                 fail("--save " + path + ": tensor '" + name + "' holds " +
                      (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf") +
                      " (training diverged); not saved");
-    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, file); });
+    write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, origin); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,20 +212,20 @@ inline void read_values(WordReader& r, const std::string& what, Matrix& m,
 
 // Version 2's training section, after the tensors: its lines (training_table), the train_data line of a
 // --train-data run, and the optimizer's running means (none for SGD, none before the first update).
-inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, TrainState& state, TrainFile& file,
+inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, TrainState& state, Origin& origin,
                           int version) {
     Settings s;
     s.train = t, s.dropout_draws = model.dropout_draws.state;  // what the file does not list stays as it was
     read_settings(r, training_table(), s, version);
     if (s.train.lr * s.train.weight_decay >= 1.0) r.error("weight_decay: lr x weight_decay must stay below 1");
-    t = s.train, state.updates = s.updates, state.batch_draws.state = s.draws;
+    t = s.train, origin.seed = s.seed, state.updates = s.updates, state.batch_draws.state = s.draws;
     model.position_draws.state = s.position_draws, model.dropout_draws.state = s.dropout_draws;
     Optimizer& opt = state.optimizer = Optimizer(t.optimizer, t.weight_decay, t.clip);
     std::string w = r.next();
     r.put_back(w);
     if (w == "train_data") {  // only a model trained on a --train-data file: its size and fingerprint
-        file.lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
-        file.fingerprint = r.whole_u64("", r.line);
+        origin.train_lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
+        origin.train_fingerprint = r.whole_u64("", r.line);
     }
     if (state.updates == 0 || opt.kind == OptimizerKind::sgd) return;
     for (auto& [name, p] : model.parameters()) {
@@ -310,27 +314,28 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
 // The model a checkpoint holds; its data settings, training settings and state and its training file into the
 // other arguments. `where` begins every message.
 inline Transformer read_checkpoint(std::istream& in, const std::string& where, DataConfig& d, TrainConfig& t,
-                                   TrainState& state, TrainFile& file) {
+                                   TrainState& state, Origin& origin) {
     WordReader r{in, where, 1, ""};
     std::string magic = r.next();
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
     std::string version = r.expect("the format version");
-    if (version != "1" && version != "2" && version != "3")
-        r.error("format version " + version + " is not supported (this program reads versions 1, 2 and 3)");
+    if (version.size() != 1 || version[0] < '1' || version[0] > '0' + CHECKPOINT_VERSION)
+        r.error("format version " + version + fmt(" is not supported (this program reads versions 1 to %d)",
+                                                  CHECKPOINT_VERSION));
     ModelConfig c;
     read_header(r, c, d, std::stoi(version));
     long count = r.whole("tensors", 1, 1000);
     check_room_for(r, c);
     Transformer model(c, 0);
     read_tensors(r, model, count);
-    t = TrainConfig(), state = TrainState(t, 1), file = TrainFile();  // version 1 keeps no training: --steps starts
+    t = TrainConfig(), state = TrainState(t, 1), origin = Origin();  // version 1 keeps no training: --steps starts
                                                                      // afresh with the training flags' defaults
     std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
     if (w.empty()) r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
     if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
-    if (version != "1") read_training(r, model, t, state, file, std::stoi(version));
+    if (version != "1") read_training(r, model, t, state, origin, std::stoi(version));
     if (version != "1") w = r.expect("'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
@@ -338,7 +343,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     return model;
 }
 inline Transformer load_checkpoint(const std::string& path, DataConfig& d, TrainConfig& t, TrainState& state,
-                                   TrainFile& file) {  // --load FILE
+                                   Origin& origin) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
-    return read_checkpoint(in, "--load " + path, d, t, state, file);
+    return read_checkpoint(in, "--load " + path, d, t, state, origin);
 }

@@ -149,10 +149,12 @@ struct WordReader {
     }
 };
 
-// The --train-data file a model trained on, as its checkpoint keeps it: how many sequences, and their fingerprint.
-struct TrainFile {
-    long lines = 0;            // 0: the model trained on generated data
-    uint64_t fingerprint = 0;
+// What a model was made from, as its checkpoint keeps it: the seed of its weights and training draws, and the
+// --train-data file it trained on (how many sequences, and their fingerprint).
+struct Origin {
+    long seed = -1;                 // -1: unknown (a checkpoint from before version 4 did not keep it)
+    long train_lines = 0;           // 0: the model trained on generated data
+    uint64_t train_fingerprint = 0;
 };
 // The fingerprint of a --train-data file: its sequences in order (not its comments or spacing), hashed.
 inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {
@@ -166,8 +168,8 @@ inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {
 // A model that trained on generated data takes no --train-data file: it would change its held-out set.
 // (Checked before the file is read, whose lines may not even fit that model's data settings.)
 inline void refuse_new_train_data(const std::string& load_path, const std::string& train_data_path,
-                                  const TrainFile& trained) {
-    if (trained.lines == 0 && !train_data_path.empty())
+                                  const Origin& trained) {
+    if (trained.train_lines == 0 && !train_data_path.empty())
         fail("--train-data " + train_data_path + " cannot be combined with --load " + load_path +
              ": that model trained on generated data, and a file would change its held-out set");
 }
@@ -175,13 +177,13 @@ inline void refuse_new_train_data(const std::string& load_path, const std::strin
 // trained on one goes on only with the same file, and is scored only against the same held-out set.
 // Without a file, --sort, --params, --show-pe and --trace-shapes still work (`needs_data` false).
 inline void check_train_data(const std::string& load_path, const std::string& train_data_path,
-                             const TrainFile& trained, const std::vector<std::vector<int>>& pool, bool needs_data) {
-    std::string trained_on = fmt("a --train-data file of %ld sequences", trained.lines);
-    if (trained.lines > 0 && !train_data_path.empty() &&
-        (long(pool.size()) != trained.lines || pool_fingerprint(pool) != trained.fingerprint))
+                             const Origin& trained, const std::vector<std::vector<int>>& pool, bool needs_data) {
+    std::string trained_on = fmt("a --train-data file of %ld sequences", trained.train_lines);
+    if (trained.train_lines > 0 && !train_data_path.empty() &&
+        (long(pool.size()) != trained.train_lines || pool_fingerprint(pool) != trained.train_fingerprint))
         fail("--train-data " + train_data_path + ": not the file the model in " + load_path + " trained on (" +
              trained_on + "); give that file, or train a new model");
-    if (trained.lines > 0 && train_data_path.empty() && needs_data)
+    if (trained.train_lines > 0 && train_data_path.empty() && needs_data)
         fail("--load " + load_path + ": this model trained on " + trained_on + "; give the file again (--load " +
              load_path + " --train-data FILE), so that training and scoring use the held-out set it had");
 }

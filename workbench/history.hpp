@@ -103,8 +103,8 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     history.watched = watched_examples(data);
     std::string steps = first == 1 ? fmt("steps %ld", last) : fmt("steps %ld to %ld", first, last);
     std::string& header = history.header;
-    header += fmt("sorter: %s | %s, batch %d, %s, seed %llu\n", size_text(o.model, o.data).c_str(),
-                  optimizer_text(o).c_str(), o.train.batch, steps.c_str(), (unsigned long long)o.seed);
+    header += fmt("sorter: %s | %s, batch %d, %s, seed %s\n", size_text(o.model, o.data).c_str(),
+                  optimizer_text(o).c_str(), o.train.batch, steps.c_str(), seed_text(o).c_str());
     std::string variant = variant_text(o);
     if (!variant.empty()) header += "variant: " + variant + "\n";
     if (o.train.label_smoothing > 0)

@@ -34,6 +34,7 @@ struct Options {
     DecodeConfig decode;  // how evaluation and --sort decode: a choice of each run, not kept in the checkpoint
     int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
     uint64_t seed = 1;
+    bool seed_unknown = false;  // --load of a checkpoint from before version 4, which did not keep its seed
     long eval_every = 500;
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
     bool help = false, bench = false, speed = false;
@@ -372,6 +373,9 @@ inline bool reads_held_out(const Options& o) {
 inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
     return fmt("d_model %d, heads %d, d_ff %d, layers %d+%d, seq_len %d", m.d_model, m.n_heads, m.d_ff, m.enc_layers,
                m.dec_layers, d.seq_len);
+}
+inline std::string seed_text(const Options& o) {  // "7", or "unknown" (a model loaded from an older checkpoint)
+    return o.seed_unknown ? "unknown" : std::to_string(o.seed);
 }
 // The header's line about decoding: "" for greedy decoding, the default.
 inline std::string decoding_text(const DecodeConfig& d) {

@@ -1,7 +1,8 @@
 // workbench/step_dump.hpp -- --dump-step FILE: the first training step before its update, for
 // reference/torch_sorter.py (make reference): lr, each example and its logits, dropout's masks (when on), the
-// loss (batch_loss's, as train_step sums it, so the same to the last bit; label-smoothed when smoothing is on,
-// as PyTorch's loss is), and the model as a checkpoint.
+// loss (batch_loss's plain cross-entropy, as train_step sums it, so the same to the last bit; with label
+// smoothing also the smoothed loss training follows, which PyTorch's loss computes), and the model as a
+// checkpoint.
 #pragma once
 
 #include "checkpoint.hpp"
@@ -39,7 +40,7 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
     return masks;
 }
 inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
-                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const TrainFile& file) {
+                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const Origin& origin) {
     Inputs in = inputs_of(batch, 0, batch.size());
     const Rng masks = model.dropout_draws;  // the step will draw the same masks again from here
     model.train(true);                      // as train_step runs the batch: one stack of rows, dropout on
@@ -65,7 +66,9 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
             std::fprintf(f, "mask %s %d %d\n", name.c_str(), keep.rows, keep.cols);
             write_matrix(f, keep);
         }
-        std::fprintf(f, "loss %.17g\ncheckpoint\n", loss.followed);  // the loss training follows
-        write_checkpoint(f, model, d, t, state, file);
+        std::fprintf(f, "loss %.17g\n", loss.plain);  // the cross-entropy, as the table shows it
+        if (t.label_smoothing > 0) std::fprintf(f, "smoothed_loss %.17g\n", loss.followed);  // what training follows
+        std::fprintf(f, "checkpoint\n");
+        write_checkpoint(f, model, d, t, state, origin);
     });
 }

@@ -10,7 +10,7 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     std::vector<Example> batch = data.draw_batch(rng, 3);
     TempDir dir("dump");
     const Kept kept{d};
-    dump_step(dir.file("step.txt"), model, batch, 0.25, kept.data, kept.train, kept.state, kept.file);
+    dump_step(dir.file("step.txt"), model, batch, 0.25, kept.data, kept.train, kept.state, kept.origin);
     std::istringstream in(read_all(dir.file("step.txt")));
     std::string word, loss_text;
     in >> word >> word;
@@ -47,5 +47,17 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     std::istringstream checkpoint(rest);
     Transformer before = read_kept(checkpoint, "the dump", loaded);
     CHECK(before.parameters()[0].second->value.data == model.parameters()[0].second->value.data);
-    CHECK(std::strtod(loss_text.c_str(), nullptr) == gradient_of(model, batch, 0.0).followed);
+    CHECK(std::strtod(loss_text.c_str(), nullptr) == gradient_of(model, batch, 0.0).plain);
+
+    // With label smoothing, "loss" is still the plain cross-entropy (the table's), and smoothed_loss follows it:
+    // the loss training follows, to the last bit.
+    Kept smoothed{d};
+    smoothed.train.label_smoothing = 0.1;
+    dump_step(dir.file("smoothed.txt"), model, batch, 0.25, smoothed.data, smoothed.train, smoothed.state,
+              smoothed.origin);
+    const std::string text = read_all(dir.file("smoothed.txt"));
+    const Loss loss = gradient_of(model, batch, 0.1);
+    CHECK(loss.followed > loss.plain);
+    CHECK(contains(text, fmt("\nloss %.17g\nsmoothed_loss %.17g\ncheckpoint\n", loss.plain, loss.followed)));
+    CHECK(!contains(read_all(dir.file("step.txt")), "smoothed_loss"));
 }

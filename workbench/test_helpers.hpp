@@ -112,18 +112,18 @@ struct Kept {
     DataConfig data;
     TrainConfig train;
     TrainState state;
-    TrainFile file;
+    Origin origin;
     explicit Kept(const DataConfig& d = DataConfig(), const TrainConfig& t = TrainConfig(), uint64_t seed = 1)
         : data(d), train(t), state(t, seed) {}
 };
 inline void save_kept(const std::string& path, Transformer& model, const Kept& k) {
-    save_checkpoint(path, model, k.data, k.train, k.state, k.file);
+    save_checkpoint(path, model, k.data, k.train, k.state, k.origin);
 }
 inline Transformer read_kept(std::istream& in, const std::string& where, Kept& k) {
-    return read_checkpoint(in, where, k.data, k.train, k.state, k.file);
+    return read_checkpoint(in, where, k.data, k.train, k.state, k.origin);
 }
 inline Transformer load_kept(const std::string& path, Kept& k) {
-    return load_checkpoint(path, k.data, k.train, k.state, k.file);
+    return load_checkpoint(path, k.data, k.train, k.state, k.origin);
 }
 inline std::string checkpoint_text(Transformer& model, const Kept& k) {
     TempDir dir("ckpt-text");
@@ -148,6 +148,21 @@ inline std::string replace_once(std::string text, const std::string& from, const
     std::size_t at = text.find(from);
     REQUIRE(at != std::string::npos);
     return text.replace(at, from.size(), to);
+}
+
+// A checkpoint as an older version wrote it (2 or 3, and for 3 with a regulariser on): the version line, and
+// without the lines whose first version is later (the tables' rows say which).
+inline std::string as_version(const std::string& text, int version) {
+    std::string older = replace_once(text, fmt("sorter-checkpoint %d\n", CHECKPOINT_VERSION),
+                                     fmt("sorter-checkpoint %d\n", version));
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table)
+            if (row.version > version) {
+                std::size_t at = older.find("\n" + row.name + " ");
+                REQUIRE(at != std::string::npos);
+                older.erase(at + 1, older.find('\n', at + 1) - at);
+            }
+    return older;
 }
 
 
