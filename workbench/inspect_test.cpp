@@ -50,9 +50,7 @@ TEST_CASE("inspect: the pointer check counts every emitted digit once") {
 TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
     DataConfig d = few_digits();
     Transformer model(small_model(d), 3);
-    Dataset data(d, {}, 20, 5);
-    Rng draws(4);
-    std::vector<Example> batch = data.draw_batch(draws, 3);
+    std::vector<Example> batch = batch_of(d, 20, 5, 4, 3);
     trace_shapes(model, batch);
     CHECK(model.encoder[0].self_attn.W_q.x.rows == 3 * d.seq_len);
     CHECK(model.final_norm.x_hat.rows == 3 * d.seq_len);

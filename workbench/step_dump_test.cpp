@@ -5,9 +5,7 @@
 TEST_CASE("--dump-step: the first step, bit for bit") {
     DataConfig d = few_digits();
     Transformer model(small_model(d), 5);
-    Dataset data(d, {}, 10, 3);
-    Rng rng(4);
-    std::vector<Example> batch = data.draw_batch(rng, 3);
+    std::vector<Example> batch = batch_of(d, 10, 3, 4, 3);
     TempDir dir("dump");
     const Kept kept{d};
     dump_step(dir.file("step.txt"), model, batch, 0.25, kept.data, kept.train, kept.state, kept.origin);

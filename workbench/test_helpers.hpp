@@ -216,3 +216,9 @@ inline ModelConfig small_model(const DataConfig& d) {
     c.d_ff = 12;
     return c;
 }
+// n training examples of data d, drawn from `draw_seed` beside a held-out set of `held_out` from `eval_seed`.
+inline std::vector<Example> batch_of(const DataConfig& d, int held_out, uint64_t eval_seed, uint64_t draw_seed, int n) {
+    Dataset data(d, {}, held_out, eval_seed);
+    Rng batch_draws(draw_seed);
+    return data.draw_batch(batch_draws, n);
+}
