@@ -205,7 +205,7 @@ inline int run(Options o) {
     if (run_alone(o)) return 0;
     check_output_paths(o);
     TrainState state(o.train, o.seed);  // a new run: no update yet, the seed's training draws
-    Origin origin;                     // the --train-data file the model trains on (none: generated data)
+    Origin origin;                      // the seed, and the --train-data file (none: generated data)
     Transformer model = build_or_load(o, state, origin);
     std::vector<std::vector<int>> pool;
     if (!o.load_path.empty()) refuse_new_train_data(o.load_path, o.train_data_path, origin);

@@ -34,7 +34,7 @@ const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
-    int max_len = 5;      // longest sequence, source or target
+    int max_len = 5;      // the position table's rows: seq_len, or more (--test-len, random positions)
     int d_model = 16;
     int n_heads = 2;
     int d_ff = 32;
@@ -428,7 +428,8 @@ struct FeedForward {
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its LayerNorm, wrapped around attention or feed-forward.
 //   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
-// With dropout (in training), f's output is dropped before the sum, the paper's residual dropout:
+// With dropout (in training: Transformer::train hands every Sublayer the model's stream), f's output is dropped
+// before the sum, the paper's residual dropout:
 //   x + dropout(f(LN(x)))   or   LN(x + dropout(f(x)))
 // (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
 // The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,

@@ -1,4 +1,4 @@
-// train.hpp -- data, loss, optimizers, the training step, and decoding (greedy, beam search) for the digit sorter.
+// train.hpp -- data, loss, optimizers, the training step, and greedy decoding for the digit sorter.
 //
 // Read after model.hpp. An example is a source sequence of digits and the target the task asks
 // for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
@@ -7,8 +7,9 @@
 //
 // Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
 // schedules (skip momentum, Adam and warm-up on a first reading); a batch's loss, the training state and
-// the training step; greedy decoding; beam search (skip it on a first reading); evaluation. Legend: T, S target
-// and source lengths (both seq_len), vocab, and n_seq the sequences of a mini-batch, stacked as rows.
+// the training step; greedy decoding. (Beam search and the held-out set scored in chunks are the program's:
+// workbench/beam.hpp, workbench/evaluate.hpp.) Legend: T, S target and source lengths (both seq_len), vocab,
+// and n_seq the sequences of a mini-batch, stacked as rows.
 #pragma once
 
 #include <algorithm>
@@ -67,7 +68,8 @@ struct TrainConfig {
 inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
 inline int start_token(int vocab) { return vocab - 1; }
 
-// The model's vocab and max_len follow from the data; its other sizes are free choices.
+// The model's vocab and max_len follow from the data (max_len: the program makes it longer for --test-len,
+// and 4 times longer for random positions: options.hpp); its other sizes are free choices.
 inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
     m.vocab = vocab_size(d);
     m.max_len = d.seq_len;

@@ -35,16 +35,16 @@ inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
     const int n_seq = int(cache.sources.size());
     for (DecodingCache::Layer& layer : cache.layers)
         for (Matrix* kept : {&layer.self_K, &layer.self_V, &layer.cross_K, &layer.cross_V}) {
-            const int rows = kept->rows / n_seq;  // each sequence's rows
-            Matrix gathered(int(from.size()) * rows, kept->cols);
+            const int L = kept->rows / n_seq;  // each sequence's rows
+            Matrix gathered(int(from.size()) * L, kept->cols);
             for (std::size_t i = 0; i < from.size(); i++)  // sequence i's rows: its parent's
-                std::copy_n(&kept->at(from[i] * rows, 0), std::size_t(rows) * kept->cols,
-                            &gathered.at(int(i) * rows, 0));
+                std::copy_n(&kept->at(from[i] * L, 0), std::size_t(L) * kept->cols, &gathered.at(int(i) * L, 0));
             *kept = std::move(gathered);
         }
-    Transformer::Batch sources = cache.sources, rows = cache.source_rows;
+    Transformer::Batch parents_sources = cache.sources, parents_rows = cache.source_rows;
     cache.sources.clear(), cache.source_rows.clear();
-    for (int parent : from) cache.sources.push_back(sources[parent]), cache.source_rows.push_back(rows[parent]);
+    for (int parent : from)
+        cache.sources.push_back(parents_sources[parent]), cache.source_rows.push_back(parents_rows[parent]);
 }
 
 // Each source's hypotheses after `length` tokens, best score first: K of them, or every possible output if

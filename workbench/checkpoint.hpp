@@ -137,12 +137,16 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
     for (int r = 0; r < m.rows; r++)
         for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
 }
-constexpr int CHECKPOINT_VERSION = 4;  // the version written; versions 1 to 4 are read
+// The version written; versions 1 to it are read. A new row takes the next version, and this follows it
+// (a test checks that the newest row's version is this one).
+constexpr int CHECKPOINT_VERSION = 4;
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
     const int version = CHECKPOINT_VERSION;
-    Settings s{model.config, d, t, origin.seed, state.updates, state.batch_draws.state, model.position_draws.state,
-               model.dropout_draws.state};
+    Settings s;
+    s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
+    s.draws = state.batch_draws.state, s.position_draws = model.position_draws.state;
+    s.dropout_draws = model.dropout_draws.state;
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
     std::fprintf(f, "sorter-checkpoint %d\n", version);

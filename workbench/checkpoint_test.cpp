@@ -361,3 +361,18 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     CHECK(contains(error, "tensor 'out.b' holds a value beyond 1e+100 (training diverged); not saved"));
     CHECK(dir.listing().empty());
 }
+
+// A new setting is one row of a table, with the version that first writes it; the version written follows the
+// newest row, or that row would never be written (and a file of the version before would be read as lacking it).
+TEST_CASE("checkpoint: the version written is the newest row's") {
+    int newest = 0;
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) newest = std::max(newest, row.version);
+    CHECK(newest == CHECKPOINT_VERSION);
+    ModelConfig c;
+    DataConfig d;
+    Transformer model = small_trained_model(c, d);
+    const std::string text = checkpoint_text(model, Kept(d));
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) CHECK(contains(text, "\n" + row.name + " "));  // every row, written
+}

@@ -90,7 +90,7 @@ inline void note_resumed_rate(const TrainConfig& t, long first, long last) {
                  now = scheduled_lr(t.schedule, t.lr, first, last, t.warmup);
     if (now > before)
         std::fprintf(stderr, "sorter: note: the linear schedule now runs to step %ld, so step %ld trains at rate %.3g, "
-                     "%.0fx the %.3g of step %ld if the saved run's schedule ended there\n", last, first, now,
+                     "%.2gx the %.3g of step %ld if the saved run's schedule ended there\n", last, first, now,
                      now / before, before, first - 1);
 }
 
