@@ -239,6 +239,14 @@ struct Optimizer {
 
     explicit Optimizer(OptimizerKind k = OptimizerKind::sgd, double decay = 0.0, double max_norm = 0.0)
         : kind(k), weight_decay(decay), clip(max_norm) {}
+    int running_means() const {  // kept per parameter: m for momentum, m and s for Adam
+        switch (kind) {
+        case OptimizerKind::sgd: return 0;
+        case OptimizerKind::momentum: return 1;
+        case OptimizerKind::adam: return 2;
+        }
+        return 0;  // not reached
+    }
 
     // Update number t (1, 2, ...: Adam's unbiasing reads it) with the rate lr.
     void update(Transformer& model, double lr, long t) {
@@ -250,10 +258,10 @@ struct Optimizer {
             for (auto& [name, p] : params)
                 for (double& g : p->grad.data) g *= std::min(1.0, clip / (std::sqrt(sum) + 1e-6));
         }
-        if (m.empty() && kind != OptimizerKind::sgd)  // the first update: the running means start at zero
+        if (m.empty() && running_means() > 0)  // the first update: the running means start at zero
             for (auto& [name, p] : params) {
                 m.emplace_back(p->value.rows, p->value.cols);
-                if (kind == OptimizerKind::adam) s.emplace_back(p->value.rows, p->value.cols);
+                if (running_means() == 2) s.emplace_back(p->value.rows, p->value.cols);
             }
         const double unbias1 = 1.0 - std::pow(beta1, double(t)), unbias2 = 1.0 - std::pow(beta2, double(t));
         for (std::size_t k = 0; k < params.size(); k++) {

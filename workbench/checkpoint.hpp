@@ -161,10 +161,10 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     write_settings(f, training_table(), s, version);
     if (origin.train_lines > 0)  // only after --train-data: files of generated data are as they were
         std::fprintf(f, "train_data %ld %llu\n", origin.train_lines, (unsigned long long)origin.train_fingerprint);
-    for (std::size_t k = 0; k < opt.m.size() && opt.kind != OptimizerKind::sgd; k++) {  // none before the first update
+    for (std::size_t k = 0; k < opt.m.size() && opt.running_means() > 0; k++) {  // none before the first update
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, opt.m[k]);
-        if (opt.kind != OptimizerKind::adam) continue;
+        if (opt.running_means() < 2) continue;
         std::fprintf(f, "s %s\n", params[k].first.c_str());
         write_matrix(f, opt.s[k]);
     }
@@ -231,17 +231,17 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
         origin.train_lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
         origin.train_fingerprint = r.whole_u64("", r.line);
     }
-    if (state.updates == 0 || opt.kind == OptimizerKind::sgd) return;
+    if (state.updates == 0 || opt.running_means() == 0) return;
     for (auto& [name, p] : model.parameters()) {
         opt.m.emplace_back(p->value.rows, p->value.cols);
-        if (opt.kind == OptimizerKind::adam) opt.s.emplace_back(p->value.rows, p->value.cols);
+        if (opt.running_means() == 2) opt.s.emplace_back(p->value.rows, p->value.cols);
         for (const char* which : {"m", "s"}) {
-            if (which[0] == 's' && opt.kind != OptimizerKind::adam) continue;
+            if (which[0] == 's' && opt.running_means() < 2) continue;
             std::string w = r.expect(std::string(which) + " of '" + name + "'");
             if (w == "end")
                 r.error(fmt("the optimizer's running means are missing: after %ld updates, %s keeps ", state.updates,
                             OPTIMIZERS[int(opt.kind)].title.c_str()) +
-                        (opt.kind == OptimizerKind::adam ? "'m' and 's'" : "'m'") + " for every tensor, from '" +
+                        (opt.running_means() == 2 ? "'m' and 's'" : "'m'") + " for every tensor, from '" +
                         which + " " + name + "' on");
             std::string got = r.expect("a tensor name");
             if (w != which || got != name)
