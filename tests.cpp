@@ -1106,7 +1106,8 @@ TEST_CASE("optimizers: SGD, momentum and Adam updates match a hand computation")
         for (auto& [name, p] : model.parameters()) std::fill(p->value.data.begin(), p->value.data.end(), 0.5);
         double expected[] = {c.after1, c.after2}, gradient[] = {0.2, -0.1};
         for (long t = 1; t <= 2; t++) {
-            for (auto& [name, p] : model.parameters()) std::fill(p->grad.data.begin(), p->grad.data.end(), gradient[t - 1]);
+            for (auto& [name, p] : model.parameters())
+                std::fill(p->grad.data.begin(), p->grad.data.end(), gradient[t - 1]);
             optimizer.update(model, c.lr, t);
             INFO(OPTIMIZER_NAMES[int(c.kind)] << " update " << t);
             for (auto& [name, p] : model.parameters())

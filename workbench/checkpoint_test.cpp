@@ -95,7 +95,8 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
         CHECK(second_half.train.batch == 3);
         CHECK((second_half.train.label_smoothing == t.label_smoothing && second_half.train.clip == t.clip &&
                second_half.train.weight_decay == t.weight_decay));
-        CHECK((second_half.state.optimizer.clip == t.clip && second_half.state.optimizer.weight_decay == t.weight_decay));
+        const Optimizer& resumed = second_half.state.optimizer;
+        CHECK((resumed.clip == t.clip && resumed.weight_decay == t.weight_decay));
         train(loaded, second_half, 12);
         CHECK(second_half.state.updates == 24);
         CHECK(loaded.position_draws.state == straight.position_draws.state);
