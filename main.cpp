@@ -107,14 +107,8 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
                          const Origin& origin) {
     const long first = state.updates + 1, last = state.updates + o.train.steps;
     History history = begin_run(o, data, model, first, last);
-    if (first == 1 && last >= 1 && !o.dump_step_path.empty()) {  // step 1 as it is about to run, for the twin
-        Rng batch_draws = state.batch_draws;  // a copy: train_step draws the same batch again
-        std::vector<Example> batch = data.draw_batch(batch_draws, o.train.batch);
-        double lr = scheduled_lr(o.train.schedule, o.train.lr, 1, last, o.train.warmup);
-        TrainState at_step_1 = state;  // as the checkpoint of a run stopped after drawing step 1's batch
-        at_step_1.batch_draws = batch_draws;
-        dump_step(o.dump_step_path, model, batch, lr, o.data, o.train, at_step_1, origin);
-    }
+    if (first == 1 && last >= 1 && !o.dump_step_path.empty())  // step 1 as it is about to run, for the twin
+        dump_first_step(o.dump_step_path, model, data, o.train, state, origin, last);
     double train_seconds = 0.0;
     training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
     for (long step = first; step <= last; step++) {

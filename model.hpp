@@ -698,7 +698,8 @@ struct Transformer {
 // and V, made once. The new rows are those a whole-prefix pass gives, bit for bit: its later keys are masked
 // and add exactly 0 (tests.cpp checks).
 struct DecodingCache {
-    struct Layer { Matrix self_K, self_V, cross_K, cross_V; };  // (n_seq t, d_model) so far; (n_seq S, d_model)
+    // self_K, self_V (n_seq t, d_model), t the tokens fed so far; cross_K, cross_V (n_seq S, d_model)
+    struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
     std::vector<Layer> layers;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
     Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions)

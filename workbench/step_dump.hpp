@@ -72,3 +72,12 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
         write_checkpoint(f, model, d, t, state, origin);
     });
 }
+// Step 1 as train_step is about to run it: the batch it will draw, the rate it will use, and the training state
+// as the checkpoint of a run stopped just after drawing that batch would hold it.
+inline void dump_first_step(const std::string& path, Transformer& model, const Dataset& data, const TrainConfig& t,
+                            const TrainState& state, const Origin& origin, long last) {
+    TrainState at_step_1 = state;  // a copy: train_step draws the same batch again from `state`
+    std::vector<Example> batch = data.draw_batch(at_step_1.batch_draws, t.batch);
+    dump_step(path, model, batch, scheduled_lr(t.schedule, t.lr, 1, last, t.warmup), data.config, t, at_step_1,
+              origin);
+}
