@@ -9,6 +9,7 @@
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
+#   make signals     Ctrl-C, kill, hang-up and kill -9 at random moments of real runs, every output checked
 CXX      ?= g++
 ifeq ($(MAKELEVEL),0)  # the test objects build side by side (a make run from a recipe shares these jobs)
 MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
@@ -27,7 +28,7 @@ WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)
 DOCTEST  := /usr/include/doctest/doctest.h
 PYTHON   := /usr/bin/python3
 
-.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz clean doctest
+.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest
 
 all: sorter
 
@@ -131,6 +132,11 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	  grep -E '^(Done|stat::number_of_executed_units)' fuzz/work/$$t.log; \
 	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
 	done
+
+# fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each).
+SIGNAL_RUNS ?= 40 10 10 10
+signals: sorter
+	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
 	rm -f sorter tests tests.o workbench-tests.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*

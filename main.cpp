@@ -5,15 +5,14 @@
 //   1. the runs that do one thing and stop: --help, --bench, --speed, --demo
 //   2. the model, built from the flags or loaded with --load, and the run's one Dataset
 //   3. looking at the model without training: --params, --show-pe, --trace-shapes
-//   4. the training loop: train_step (train.hpp: draw, rate, zero, forward, loss, backward, update), and a
-//      held-out evaluation every N steps
+//   4. the training loop: train_step (train.hpp: draw, rate, zero, forward, loss, backward, update), a
+//      held-out evaluation every N steps, and the checkpoint every --save-every steps and as training ends
 //   5. what comes after training, in order: the --sort output, pictures, --inspect, --test-len,
-//      the checkpoint (first, so that a picture that fails cannot lose the model), SVG, the report
+//      the checkpoint (unless training wrote it; first, so that a picture that fails cannot lose it), SVG, the report
 //   6. main(): a bad flag or file is one line on stderr and exit status 2
 //
 // Legend: T target length, S source length, d_model token width, n_heads heads,
 //         d_k = d_model / n_heads, d_ff feed-forward width, vocab the vocabulary size.
-#include <csignal>
 #include <cstdio>
 
 #include "workbench/checkpoint.hpp"  // --save, --load
@@ -55,7 +54,7 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
     reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
     o.model = model.config;
-    o.train.steps = steps;
+    o.train.steps = o.finish ? steps_left(o.load_path, origin, state.updates) : steps;
     o.seed_unknown = origin.seed < 0;
     if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
     return model;
@@ -104,22 +103,28 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
 // inputs it watches. Steps are numbered on from the updates already made, and the schedule sees the run as
 // that much longer. The step itself, draw to update, is train_step in train.hpp.
 inline History train_run(const Options& o, const Dataset& data, Transformer& model, TrainState& state,
-                         const Origin& origin) {
+                         Origin& origin) {
     const long first = state.updates + 1, last = state.updates + o.train.steps;
-    History history = begin_run(o, data, model, first, last);
+    History history = begin_run(o, data, model, first, last, origin.planned_steps);
+    origin.planned_steps = last;  // the checkpoint keeps the plan, for --finish
     if (first == 1 && last >= 1 && !o.dump_step_path.empty())  // step 1 as it is about to run, for the twin
         dump_first_step(o.dump_step_path, model, data, o.train, state, origin, last);
     double train_seconds = 0.0;
-    training_loop_running = 1;  // Ctrl-C now stops the loop after the current step (files.hpp, on_signal)
+    enter_phase(Phase::training);  // a signal now stops the loop after the current step (workbench/signals.hpp)
     for (long step = first; step <= last; step++) {
         auto t0 = Clock::now();
         double loss = train_step(model, data, o.train, state, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
         record_loss(history, loss, step, o.train.lr);
-        if (step % o.eval_every == 0 || step == last || stop_asked) print_evaluation(model, data, step, history);
-        if (stop_asked) {
-            stop_at(history, step, last);
+        const bool stopping = training_stopped(), ending = stopping || step == last;
+        const bool saving = !o.save_path.empty() && (ending || (o.save_every > 0 && step % o.save_every == 0));
+        if (saving) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);  // before the evaluation
+        history.checkpoint_kept = saving && ending;  // below: a signal during it cannot lose the model
+        if (ending) enter_phase(Phase::after_training);  // a signal now cuts the evaluation under way short
+        if (step % o.eval_every == 0 || ending) print_evaluation(model, data, step, history);
+        if (stopping) {
+            stop_at(o, history, step, last);
             break;
         }
         if (step == first - 1 + o.train.steps / 2) {
@@ -127,7 +132,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
             std::printf("\n");
         }
     }
-    training_loop_running = 0;
+    enter_phase(Phase::after_training);
     end_run(model, data, history, train_seconds);
     return history;
 }
@@ -177,8 +182,8 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
 // The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
 inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
                           const Origin& origin, const Example& example, bool sort_asked, History& history) {
-    if (!o.save_path.empty()) {
-        save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
+    if (!o.save_path.empty()) {  // (written already when training ended: train_run)
+        if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
         std::printf("saved %s\n", o.save_path.c_str());
     }
     if (!o.svg_dir.empty())
@@ -197,6 +202,7 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
 // Everything a command line asks for, in order; returns the exit status.
 inline int run(Options o) {
     if (run_alone(o)) return 0;
+    enter_phase(Phase::before_training);  // a signal ends the run at once: nothing learned yet
     check_output_paths(o);
     TrainState state(o.train, o.seed);  // a new run: no update yet, the seed's training draws
     Origin origin;                      // the seed, and the --train-data file (none: generated data)
@@ -232,7 +238,7 @@ inline int run(Options o) {
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too
     show_after_training(o, model, data, example, sort_asked);
     write_outputs(o, model, data, state, origin, example, sort_asked, history);
-    return history.interrupted_at ? 130 : 0;  // 128 + SIGINT, as a shell reports a run cut short by Ctrl-C
+    return stopped_status();  // 0, or 128 + the signal's number, as a shell reports a run a signal cut short
 }
 
 // =============================================================================================
@@ -241,7 +247,7 @@ inline int run(Options o) {
 // The last word on the output: a full disk or a closed file shows only when the buffer is flushed,
 // so flush it and say so, rather than exit 0 with the output lost (./sorter > /dev/full).
 inline int finish_output(std::FILE* out, int status) {
-    if (std::fflush(out) == 0 && !std::ferror(out)) return status;
+    if ((std::fflush(out) == 0 && !std::ferror(out)) || stop_signal) return status;  // (a hang-up closed the terminal)
     std::fprintf(stderr, "sorter: cannot write the output (is the disk full, or the file closed?)\n");
     return 1;
 }
@@ -249,7 +255,7 @@ inline int finish_output(std::FILE* out, int status) {
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
-    install_signal_handlers();  // Ctrl-C stops training after the step; a signal during a write removes its temporary
+    install_signal_handlers();  // no signal loses a trained model, or leaves a half-written file (workbench/signals.hpp)
     try {
         return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {

@@ -419,14 +419,14 @@ def beam_search(model, source, length, K, alpha):
 class Checkpoint:
     header: dict    # key -> value text, in file order, e.g. "d_model" -> "16"
     tensors: dict   # name -> (ROWS, COLS) float64 tensor
-    training: dict = field(default_factory=dict)  # the training section's key -> value text (versions 2, 3)
+    training: dict = field(default_factory=dict)  # the training section's key -> value text (versions 2 on)
 
 
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 4 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 5 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -439,7 +439,7 @@ def parse_checkpoint(text):
         tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
     training = {}
-    if words[at] == "training":  # versions 2 to 4: the settings, then (momentum, Adam) the running means
+    if words[at] == "training":  # versions 2 to 5: the settings, then (momentum, Adam) the running means
         at += 1
         while words[at] not in ("m", "end"):
             key = words[at]

@@ -13,8 +13,9 @@
 // The format is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The
 // sinusoidal table is computed, not stored. Version 2 adds a training section after the tensors, so --load FILE
 // --steps N goes on where the run stopped (version 1 files still load). Version 3 adds the regularisers' lines
-// (header and training), which it wrote only when one was on; version 4, the one written now, writes every line
-// and adds the seed. A setting's first version is in its row below.
+// (header and training), which it wrote only when one was on; version 4 writes every line
+// and adds the seed; version 5, the one written now, adds the steps the run was planned for (--finish). A
+// setting's first version is in its row below.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
@@ -33,7 +34,7 @@ struct Settings {
     ModelConfig model;
     DataConfig data;
     TrainConfig train;
-    long seed = -1;                                             // Origin's: -1 unknown, written "unknown"
+    long seed = -1, planned_steps = -1;                         // Origin's: -1 unknown, written "unknown"
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
 };
@@ -55,6 +56,14 @@ template <typename C, typename T> SettingRow whole_setting(const char* name, int
 inline SettingRow draws_setting(const char* name, int version, uint64_t Settings::*m) {
     return {name, version, [=](const Settings& s) { return std::to_string(s.*m); },
             [=](Settings& s, WordReader& r) { s.*m = r.whole_u64(name); }};
+}
+// A value that a file saved again after --load of an older one does not know: -1, written "unknown".
+inline SettingRow known_setting(const char* name, int version, long hi, long Settings::*m) {
+    return {name, version, [=](const Settings& s) { return s.*m < 0 ? std::string("unknown") : std::to_string(s.*m); },
+            [=](Settings& s, WordReader& r) {
+                std::string w = r.value_of(name);
+                s.*m = w == "unknown" ? -1 : whole_or_fail(r.at() + ": " + name, w, 0, hi);
+            }};
 }
 template <typename C> SettingRow number_setting(const char* name, int version, double lo, double hi, double C::*m) {
     return {name, version, [=](const Settings& s) { return fmt("%.17g", member(s, m)); },
@@ -105,12 +114,9 @@ inline const std::vector<SettingRow>& training_table() {
         choice_setting("schedule", 2, SCHEDULE_NAMES, &R::schedule),
         whole_setting("warmup", 2, 1, MAX_STEPS, &R::warmup),
         whole_setting("batch", 2, 1, MAX_BATCH, &R::batch),
-        {"seed", 4, [](const Settings& s) { return s.seed < 0 ? std::string("unknown") : std::to_string(s.seed); },
-         [](Settings& s, WordReader& r) {  // a file saved again after --load of one that did not keep it: unknown
-             std::string w = r.value_of("seed");
-             s.seed = w == "unknown" ? -1 : whole_or_fail(r.at() + ": seed", w, 0, MAX_SEED);
-         }},
+        known_setting("seed", 4, MAX_SEED, &S::seed),
         whole_setting("updates", 2, 0, MAX_STEPS * 1000, &S::updates),
+        known_setting("planned_steps", 5, MAX_STEPS * 1000, &S::planned_steps),
         draws_setting("draws", 2, &S::draws),
         draws_setting("position_draws", 2, &S::position_draws),
         draws_setting("dropout_draws", 3, &S::dropout_draws),
@@ -139,12 +145,13 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 }
 // The version written; versions 1 to it are read. A new row takes the next version, and this follows it
 // (a test checks that the newest row's version is this one).
-constexpr int CHECKPOINT_VERSION = 4;
+constexpr int CHECKPOINT_VERSION = 5;
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
     const int version = CHECKPOINT_VERSION;
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
+    s.planned_steps = origin.planned_steps;
     s.draws = state.batch_draws.state, s.position_draws = model.position_draws.state;
     s.dropout_draws = model.dropout_draws.state;
     const Optimizer& opt = state.optimizer;
@@ -222,7 +229,11 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
     s.train = t, s.dropout_draws = model.dropout_draws.state;  // what the file does not list stays as it was
     read_settings(r, training_table(), s, version);
     if (s.train.lr * s.train.weight_decay >= 1.0) r.error("weight_decay: lr x weight_decay must stay below 1");
+    if (s.planned_steps >= 0 && s.planned_steps < s.updates)
+        r.error(fmt("planned_steps %ld is below updates %ld: a run cannot have made more steps than it planned",
+                    s.planned_steps, s.updates));
     t = s.train, origin.seed = s.seed, state.updates = s.updates, state.batch_draws.state = s.draws;
+    origin.planned_steps = s.planned_steps;
     model.position_draws.state = s.position_draws, model.dropout_draws.state = s.dropout_draws;
     Optimizer& opt = state.optimizer = Optimizer(t.optimizer, t.weight_decay, t.clip);
     std::string w = r.next();
@@ -350,4 +361,15 @@ inline Transformer load_checkpoint(const std::string& path, DataConfig& d, Train
                                    Origin& origin) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
     return read_checkpoint(in, "--load " + path, d, t, state, origin);
+}
+
+// --finish: the steps a loaded run had left, from the plan its checkpoint keeps.
+inline long steps_left(const std::string& path, const Origin& origin, long updates) {
+    if (origin.planned_steps < 0)
+        fail("--finish: " + path + " does not say how many steps its run planned (it comes from a checkpoint older "
+             "than version 5); give --steps N to train N steps more");
+    if (origin.planned_steps == updates)
+        fail(fmt("--finish: the run in %s made all %ld of its planned steps; to train it further, give --steps N",
+                 path.c_str(), updates));
+    return origin.planned_steps - updates;
 }

@@ -87,7 +87,7 @@ TEST_CASE("checkpoint: training goes on from a checkpoint bit for bit (versions 
         train(straight, straight_saved, 24);
         train(halves, first_half, 12);
         save_kept(dir.file("half.txt"), halves, first_half);
-        CHECK(read_all(dir.file("half.txt")).rfind("sorter-checkpoint 4\n", 0) == 0);
+        CHECK(read_all(dir.file("half.txt")).rfind("sorter-checkpoint 5\n", 0) == 0);
         Kept second_half;
         Transformer loaded = load_kept(dir.file("half.txt"), second_half);
         CHECK(second_half.state.updates == 12);
@@ -151,7 +151,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 4", "sorter-checkpoint 7"), {"version 7", "1 to 4"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 7"), {"version 7", "1 to 5"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -172,6 +172,9 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"bad draws", replace_once(good, "draws ", "draws 99999999999999999999999 "),
          {"draws 99999999999999999999999"}},
         {"negative updates", replace_once(good, "updates 20", "updates -3"), {"updates -3"}},
+        {"plan below updates", replace_once(good, "planned_steps unknown", "planned_steps 12"),
+         {"line ", "planned_steps 12 is below updates 20"}},
+        {"bad plan", replace_once(good, "planned_steps unknown", "planned_steps -1"), {"planned_steps -1"}},
         {"bad position draws", replace_once(good, "position_draws ", "position_draws x"), {"position_draws x"}},
         {"wrong shape", replace_once(good, "tensor out.b 1 8", "tensor out.b 1 9"),
          {"tensor 'out.b' has shape (1, 9)", "needs (1, 8)"}},

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "beam.hpp"
+#include "signals.hpp"  // a signal after training cuts an evaluation short
 
 constexpr double CHUNK_VALUES = 6e6;
 inline std::size_t chunk_size(const ModelConfig& c, int L) {
@@ -21,18 +22,24 @@ inline std::size_t chunk_size(const ModelConfig& c, int L) {
 struct Accuracy {
     double token = 0.0;  // share of the target's digits predicted right (PAD positions not counted)
     double exact = 0.0;  // share of sequences right at every position, PAD included
-    int exact_count = 0, total = 0;
+    int exact_count = 0, total = 0;  // right, and scored
+    int asked = 0;                   // the examples given: above total when a signal cut the evaluation short
 };
+// An evaluation a signal cut short, said after the count of those scored: "of 1000: Ctrl-C cut the evaluation short".
+inline std::string cut_short_text(const Accuracy& a) {
+    return fmt("of %d: %s cut the evaluation short", a.asked, signal_text(stop_signal).c_str());
+}
 
 // The outputs for many examples, a chunk at a time (all of one target length); a beam of K decodes K
-// sequences a source, so its chunks hold K times fewer sources.
+// sequences a source, so its chunks hold K times fewer sources. A signal after training (signals.hpp) stops it
+// after the first chunk or the one under way: fewer outputs than examples, the first ones.
 inline std::vector<std::vector<int>> decode_all(Transformer& model, const std::vector<Example>& examples,
                                                 const DecodeConfig& how = DecodeConfig()) {
     std::vector<std::vector<int>> guesses;
     if (examples.empty()) return guesses;
     const int T = int(examples[0].target.size());
     const std::size_t n = std::max<std::size_t>(1, chunk_size(model.config, T) / std::size_t(how.beam));
-    for (std::size_t chunk = 0; chunk < examples.size(); chunk += n)
+    for (std::size_t chunk = 0; chunk < examples.size() && !(chunk > 0 && evaluation_stopped()); chunk += n)
         for (std::vector<int>& g : decode_outputs(model, inputs_of(examples, chunk, n).sources, T, how))
             guesses.push_back(std::move(g));
     return guesses;
@@ -43,13 +50,13 @@ inline Accuracy evaluate(Transformer& model, const std::vector<Example>& example
     Accuracy a;
     long right_digits = 0, all_digits = 0;
     std::vector<std::vector<int>> guesses = decode_all(model, examples, how);
-    for (std::size_t k = 0; k < examples.size(); k++) {
+    for (std::size_t k = 0; k < guesses.size(); k++) {
         const Example& e = examples[k];
         a.exact_count += guesses[k] == e.target;
         for (std::size_t t = 0; t < e.target.size(); t++)
             if (e.target[t] != PAD) right_digits += guesses[k][t] == e.target[t], all_digits++;
     }
-    a.total = int(examples.size());
+    a.total = int(guesses.size()), a.asked = int(examples.size());
     a.token = all_digits ? double(right_digits) / double(all_digits) : 0.0;
     a.exact = a.total ? double(a.exact_count) / a.total : 0.0;
     return a;
@@ -61,8 +68,10 @@ inline double teacher_forced_loss(Transformer& model, const std::vector<Example>
     double loss = 0.0;
     if (examples.empty()) return loss;
     const std::size_t n = chunk_size(model.config, int(examples[0].target.size()));
-    for (std::size_t chunk = 0; chunk < examples.size(); chunk += n) {
+    std::size_t scored = 0;
+    for (std::size_t chunk = 0; chunk < examples.size() && !(chunk > 0 && evaluation_stopped()); chunk += n) {
         Inputs in = inputs_of(examples, chunk, n);
+        scored += in.sources.size();
         Matrix logits = model.forward(in.sources, in.targets_in);  // (n_seq T, vocab)
         int T = logits.rows / int(in.sources.size());
         for (std::size_t k = 0; k < in.sources.size(); k++) {
@@ -71,5 +80,6 @@ inline double teacher_forced_loss(Transformer& model, const std::vector<Example>
                                   unused) / double(examples.size());
         }
     }
+    if (scored < examples.size()) loss *= double(examples.size()) / double(scored);  // cut short: those scored
     return loss;
 }

@@ -2,20 +2,19 @@
 // every output written whole or not at all, and every output path checked before training.
 //
 // Sections: --sort digits and --train-data files; opening an input; reading a file word by word (a
-// checkpoint); the atomic write (and the signal handler that removes its temporary file); the output paths,
-// checked before any work.
+// checkpoint); the atomic write; the output paths, checked before any work.
 #pragma once
 
 #include <fcntl.h>     // open with O_EXCL | O_NOFOLLOW (POSIX): the temporary file of an atomic write
 #include <sys/stat.h>  // lstat, fchmod (POSIX): only a regular file is replaced, and it keeps its mode
 #include <unistd.h>    // fsync, getpid, access (POSIX): a file reaches the disk before it is renamed
 
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <utility>
 
 #include "options.hpp"
+#include "signals.hpp"  // pending_tmp: the temporary a signal removes
 
 // ---------------------------------------------------------------------------------------------
 // Input files: --sort and --train-data
@@ -149,12 +148,14 @@ struct WordReader {
     }
 };
 
-// What a model was made from, as its checkpoint keeps it: the seed of its weights and training draws, and the
-// --train-data file it trained on (how many sequences, and their fingerprint).
+// What a model was made from, as its checkpoint keeps it: the seed of its weights and training draws, the
+// --train-data file it trained on (how many sequences, and their fingerprint), and the run it was made for.
 struct Origin {
     long seed = -1;                 // -1: unknown (a checkpoint from before version 4 did not keep it)
     long train_lines = 0;           // 0: the model trained on generated data
     uint64_t train_fingerprint = 0;
+    long planned_steps = -1;        // the step its run was to end at: --finish trains on to it (-1: unknown,
+                                    // a checkpoint from before version 5)
 };
 // The fingerprint of a --train-data file: its sequences in order (not its comments or spacing), hashed.
 inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {
@@ -195,27 +196,7 @@ inline void check_train_data(const std::string& load_path, const std::string& tr
 // Only a regular file is replaced, and it keeps its mode (a device, a pipe or a link is refused:
 // as root, --save /dev/null would otherwise replace /dev/null). The temporary is created with
 // O_EXCL | O_NOFOLLOW, so a file or link planted at its name is never followed or overwritten, and
-// a signal during the write removes it (on_signal, below).
-inline char pending_tmp[4096] = "";  // the temporary being written, for on_signal
-
-// Signals (main() installs on_signal). SIGTERM, SIGHUP and SIGQUIT end the program at once, and the
-// temporary file of a write under way goes first. SIGINT (Ctrl-C) while the training loop runs asks it
-// to stop after the current step: the run then evaluates and writes every output asked for, so what was
-// learned is kept. A second SIGINT, or one outside the training loop, ends the program at once.
-inline volatile std::sig_atomic_t training_loop_running = 0, stop_asked = 0;
-inline void on_signal(int sig) {
-    if (sig == SIGINT && training_loop_running && !stop_asked) {
-        stop_asked = 1;
-        return;
-    }
-    if (pending_tmp[0]) unlink(pending_tmp);  // unlink, signal and raise may be called from a handler
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-}
-inline void install_signal_handlers() {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_signal);
-}
-
+// a signal during the write removes it (signals.hpp, on_signal).
 template <typename WriteFn>
 void write_atomically(const std::string& path, const std::string& flag, WriteFn write) {
     struct stat old{};

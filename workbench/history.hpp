@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -31,7 +32,8 @@ struct History {
     double recent_loss = 0.0;      // the sum of the losses since the last evaluation,
     long recent_steps = 0;         // and how many
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
-    long interrupted_at = 0;       // the step after which Ctrl-C stopped training, or 0
+    long interrupted_at = 0;       // the step after which a signal stopped training, or 0
+    bool checkpoint_kept = false;  // --save was written as training ended, before the final evaluation
     DecodeConfig decoding;         // how the watched inputs and every evaluation are decoded (--beam)
     // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
@@ -81,22 +83,44 @@ inline void warn_if_evaluation_dominates(const Options& o, std::size_t held_out)
                      evaluation / between);
 }
 
+// A word as the shell reads it: quoted when it holds anything but letters, digits and _ . / - + , : =
+inline std::string shell_word(const std::string& w) {
+    bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](unsigned char c) {
+        return std::isalnum(c) || std::strchr("_./-+,:=", c);
+    });
+    std::string quoted = "'";
+    for (char c : w) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return plain ? w : quoted + "'";
+}
+// The command that trains what is left of a run from its --save file, on the schedule it planned (--finish): what
+// a run with --save-every says first, and an interrupted one last.
+inline std::string finish_command(const Options& o) {
+    std::string c = "./sorter --load " + shell_word(o.save_path) + " --finish --save " + shell_word(o.save_path);
+    if (o.save_every > 0) c += fmt(" --save-every %ld", o.save_every);
+    if (!o.train_data_path.empty()) c += " --train-data " + shell_word(o.train_data_path);
+    return c;
+}
+
 // A resumed run's linear schedule is recomputed over the whole, longer run (steps 1 .. last), so its first
-// step may train faster than the saved run's last did: at lr / (first - 1) when that run ended its schedule
-// there. Said on stderr when it rises (docs/checkpoints.md has the figures); warmup and constant go on as they were.
-inline void note_resumed_rate(const TrainConfig& t, long first, long last) {
+// step may train faster than the saved run's last did: at lr / (first - 1) when that run's plan (saved_plan; -1
+// unknown) ended there. Said on stderr when it rises (docs/checkpoints.md has the figures); warmup and constant
+// go on as they were, and so does --finish, which keeps the plan.
+inline void note_resumed_rate(const TrainConfig& t, long first, long last, long saved_plan) {
     if (first == 1 || t.schedule != Schedule::linear) return;
-    const double before = scheduled_lr(t.schedule, t.lr, first - 1, first - 1, t.warmup),
+    const long saved_last = std::max(saved_plan, first - 1);
+    const double before = scheduled_lr(t.schedule, t.lr, first - 1, saved_last, t.warmup),
                  now = scheduled_lr(t.schedule, t.lr, first, last, t.warmup);
     if (now > before)
         std::fprintf(stderr, "sorter: note: the linear schedule now runs to step %ld, so step %ld trains at rate %.3g, "
-                     "%.2gx the %.3g of step %ld if the saved run's schedule ended there\n", last, first, now,
-                     now / before, before, first - 1);
+                     "%.2gx the %.3g of step %ld %s\n", last, first, now, now / before, before, first - 1,
+                     saved_last == first - 1 ? "if the saved run's schedule ended there"
+                                             : fmt("on the saved run's schedule to step %ld", saved_last).c_str());
 }
 
 // The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched
-// inputs before the first step, and the table's head. Steps first .. last.
-inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last) {
+// inputs before the first step, and the table's head. Steps first .. last; saved_plan is a loaded run's plan.
+inline History begin_run(const Options& o, const Dataset& data, Transformer& model, long first, long last,
+                         long saved_plan) {
     History history;
     history.first_step = first;
     history.decoding = o.decode;
@@ -113,9 +137,12 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     header += decoding_text(o.decode);
     if (!data.train_pool.empty()) header += fmt("training data: %zu sequences\n", data.train_pool.size());
     header += fmt("held-out: %zu sequences that training never draws\n", data.held_out.size());
+    if (o.save_every > 0)
+        header += fmt("checkpoint: %s every %ld steps and at the end; if the run is cut short, finish it with\n  %s\n",
+                      o.save_path.c_str(), o.save_every, finish_command(o).c_str());
     std::printf("%s", header.c_str());
     warn_if_evaluation_dominates(o, data.held_out.size());
-    note_resumed_rate(o.train, first, last);
+    note_resumed_rate(o.train, first, last, saved_plan);
     show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, history);
     std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
     return history;
@@ -166,17 +193,21 @@ inline void print_evaluation(Transformer& model, const Dataset& data, long step,
     double held_out_loss = teacher_forced_loss(model, data.held_out);
     double recent = history.recent_loss / double(history.recent_steps);
     history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
-    std::printf("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%\n", step, plain_nan(recent), plain_nan(held_out_loss),
-                100 * a.exact, 100 * a.token);
+    std::printf("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%%s\n", step, plain_nan(recent), plain_nan(held_out_loss),
+                100 * a.exact, 100 * a.token,
+                a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
     history.recent_loss = 0.0;
     history.recent_steps = 0;
 }
 
-// Ctrl-C stopped training after `step`: say so; what follows is the run as of that step.
-inline void stop_at(History& history, long step, long last) {
+// A signal stopped training after `step`: say so, and how to finish the run; what follows is the run as of that step.
+inline void stop_at(const Options& o, History& history, long step, long last) {
     history.interrupted_at = step;
-    std::printf("\ninterrupted at step %ld of %ld (Ctrl-C): training stops here, and everything asked for is "
-                "written as of step %ld; Ctrl-C again quits at once\n", step, last, step);
+    std::printf("\ninterrupted at step %ld of %ld (%s): training stops here, and everything asked for is written as "
+                "of step %ld; %s quits at once\n", step, last, signal_text(stop_signal).c_str(), step,
+                stop_signal == SIGINT ? "Ctrl-C again" : "a second signal");
+    if (!o.save_path.empty() && step < last)
+        std::printf("to finish the run's %ld steps later: %s\n", last, finish_command(o).c_str());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,7 +228,9 @@ inline void end_run(Transformer& model, const Dataset& data, History& history, d
                                   double(window)), window);
     Accuracy a = evaluate(model, data.held_out, history.decoding);
     show_examples("after training", model, history);
-    history.final_line = fmt("final: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%, %s, train-time %.1f s\n",
-                             100 * a.exact, a.exact_count, a.total, 100 * a.token, loss_text.c_str(), train_seconds);
+    std::string cut = a.total < a.asked ? ", " + cut_short_text(a) : "";
+    history.final_line = fmt("final: exact-match %.1f%% (%d/%d%s), token-accuracy %.1f%%, %s, train-time %.1f s\n",
+                             100 * a.exact, a.exact_count, a.total, cut.c_str(), 100 * a.token, loss_text.c_str(),
+                             train_seconds);
     std::printf("\n%s", history.final_line.c_str());
 }

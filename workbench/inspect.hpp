@@ -131,14 +131,14 @@ inline void print_params(Transformer& model) {
 //     emitted. The share of steps (emitting a digit, not PAD) where it does, per layer and head.
 // Head h's output fills columns h*d_k .. of the join, which meet rows h*d_k .. of W_o: with those rows
 // zero, the head adds nothing to the layer's output, exactly as if it were left out.
-inline double exact_match_without_head(Transformer& model, MultiHeadAttention& attn, int h,
-                                       const std::vector<Example>& held_out) {
+inline Accuracy exact_match_without_head(Transformer& model, MultiHeadAttention& attn, int h,
+                                         const std::vector<Example>& held_out) {
     Matrix kept = attn.W_o.W.value;
     for (int r = h * attn.d_k; r < (h + 1) * attn.d_k; r++)
         for (int col = 0; col < kept.cols; col++) attn.W_o.W.value.at(r, col) = 0.0;
-    double exact = evaluate(model, held_out).exact;
+    Accuracy a = evaluate(model, held_out);
     attn.W_o.W.value = kept;
-    return exact;
+    return a;
 }
 // The pointer check's counts: hits[l * n_heads + h] positions where decoder.l's head h pointed at the digit.
 inline long pointer_hits(Transformer& model, const std::vector<Example>& held_out, std::vector<long>& hits) {
@@ -146,7 +146,8 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     hits.assign(std::size_t(layers) * n_heads, 0);
     long emitted = 0;  // the positions that emit a digit
     const std::size_t n = chunk_size(model.config, int(held_out[0].target.size()));
-    for (std::size_t chunk = 0; chunk < held_out.size(); chunk += n) {  // greedy decoding, step by step
+    for (std::size_t chunk = 0; chunk < held_out.size() && !(chunk > 0 && evaluation_stopped()); chunk += n) {
+        // greedy decoding, step by step (a signal after training stops it after the chunk under way)
         Transformer::Batch sources = inputs_of(held_out, chunk, n).sources;
         DecodingCache cache = start_decoding(model, sources);
         Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});
@@ -176,9 +177,15 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
                 100 * evaluate(model, held_out).exact);
     if (!weights_note(model.config).empty()) std::printf("%s\n", weights_note(model.config).c_str());
     for (const AttentionLayer& l : attention_layers(model))
-        for (int h = 0; h < l.attn->n_heads; h++)
-            std::printf("  %-36s head %d off: %5.1f%%\n", l.name.c_str(), h,
-                        100 * exact_match_without_head(model, *l.attn, h, held_out));
+        for (int h = 0; h < l.attn->n_heads; h++) {
+            if (evaluation_stopped()) {
+                std::printf("  (%s cut --inspect short here)\n", signal_text(stop_signal).c_str());
+                return;
+            }
+            Accuracy a = exact_match_without_head(model, *l.attn, h, held_out);
+            std::printf("  %-36s head %d off: %5.1f%%%s\n", l.name.c_str(), h, 100 * a.exact,
+                        a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
+        }
     std::vector<long> hits;
     long steps = pointer_hits(model, held_out, hits);
     std::printf("\n--- inspect: the pointer check, over %ld decoding steps that emit a digit ---\n"
@@ -234,6 +241,11 @@ inline void length_report(Transformer& model, const Dataset& data, int test_len,
     std::printf("\n--- held-out exact-match by input length (trained on lengths %d to %d) ---\n", trained.min_len,
                 trained.seq_len);
     for (int len = 1; len <= test_len; len++) {
+        if (evaluation_stopped()) {
+            std::printf("  length %d%s: not scored (%s cut the evaluation short)\n", len,
+                        len < test_len ? fmt(" to %d", test_len).c_str() : "", signal_text(stop_signal).c_str());
+            return;
+        }
         std::vector<Example> tests;
         if (len >= trained.min_len && len <= trained.seq_len) {
             for (const Example& e : data.held_out)
@@ -245,7 +257,8 @@ inline void length_report(Transformer& model, const Dataset& data, int test_len,
                 tests.push_back(make_example(digits, len < trained.seq_len ? trained : d));
         }
         Accuracy a = evaluate(model, tests, how);
-        std::string score = a.total ? fmt("%5.1f%% (%d/%d)", 100 * a.exact, a.exact_count, a.total)
+        std::string score = a.total ? fmt("%5.1f%% (%d/%d%s)", 100 * a.exact, a.exact_count, a.total,
+                                          a.total < a.asked ? (", " + cut_short_text(a)).c_str() : "")
                                     : "  n/a (no input of this length is held out: training may draw them all)";
         std::printf("  length %2d: %s%s\n", len, score.c_str(),
                     len > trained.seq_len ? "   longer than any training input"

@@ -24,7 +24,7 @@ TEST_CASE("inspect: a head switched off is left out of the join, and comes back 
     CHECK(without_rows.data == without_values.data);
     CHECK(without_rows.data != before.data);
 
-    double exact = exact_match_without_head(model, attn, 1, data.held_out);
+    double exact = exact_match_without_head(model, attn, 1, data.held_out).exact;
     CHECK(attn.W_o.W.value.data == W_o.data);
     CHECK(model.forward({source}, {target_in}).data == before.data);
     CHECK(exact >= 0.0);

@@ -41,6 +41,8 @@ struct Options {
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
     bool inspect = false;
     std::string svg_dir, report_path, save_path, load_path, train_data_path;
+    long save_every = 0;  // --save-every: the checkpoint every N steps of training too (0: as training ends)
+    bool finish = false;  // --finish: train the steps the --load file's run had left
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // one of DEMO_NAMES
 };
@@ -163,7 +165,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                 "file that model trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path))}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
-                       "checkpoint stopped; Ctrl-C stops after the current step and writes what was asked for", 0,
+                       "checkpoint stopped; Ctrl-C (or kill, or a closed terminal) stops after the current step and writes what "
+                       "was asked for", 0,
                        MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s)", MAX_LR, default_lr_text().c_str()),
@@ -240,12 +243,18 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
-            path_flag("--save", "FILE", "after training, write the model to FILE (plain text); it may be the --load "
+            path_flag("--save", "FILE", "as training ends, write the model to FILE (plain text); it may be the --load "
                       "file, to train on in place; no other output may name the --load file or another output's",
                       false, &O::save_path),
+            whole_flag("--save-every", "while training, write the --save file every N steps too (whole or not at "
+                       "all), so that a run killed at any moment keeps all but the last N steps; 0: only as training "
+                       "ends", 0, MAX_STEPS, false, &O::save_every),
             path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
                       "train it N steps more; model, data and other training flags cannot be combined with it", false,
                       &O::load_path),
+            switch_flag("--finish", "with --load: train the steps its run had left when it was cut short (Ctrl-C, "
+                        "kill, a crash), on the schedule it planned, to the same bits as a run never stopped", false,
+                        true, &O::finish),
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
              [](O& o, Args& a) {
                  o.sort_words.clear();
@@ -337,7 +346,14 @@ inline Options parse_options(int argc, char** argv) {
     if (o.inspect && o.decode.beam > 1)
         fail("--inspect measures greedy decoding step by step; it cannot be combined with --beam " +
              std::to_string(o.decode.beam));
+    if (o.save_every > 0 && o.save_path.empty())
+        fail(fmt("--save-every %ld writes the checkpoint to the --save file; add --save FILE", o.save_every));
+    if (o.finish && o.load_path.empty())
+        fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
+    if (o.finish && was_given("--steps"))
+        fail("--finish trains the steps the loaded run has left; give --finish or --steps N, not both");
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
+                                                                             // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
     if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;

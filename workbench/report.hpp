@@ -115,8 +115,8 @@ inline std::string mistakes_html(Transformer& model, const std::vector<Example>&
     const ModelConfig& c = model.config;
     std::vector<std::string> wrong;
     long wrong_count = 0;
-    std::vector<std::vector<int>> guesses = decode_all(model, held_out, how);
-    for (std::size_t k = 0; k < held_out.size(); k++) {
+    std::vector<std::vector<int>> guesses = decode_all(model, held_out, how);  // fewer, when a signal cut it short
+    for (std::size_t k = 0; k < guesses.size(); k++) {
         const Example& e = held_out[k];
         if (guesses[k] == e.target) continue;
         if (++wrong_count <= MOST_MISTAKES)
@@ -126,6 +126,10 @@ inline std::string mistakes_html(Transformer& model, const std::vector<Example>&
     }
     std::string html = fmt("<p>%ld of the %zu held-out sequences are wrong%s.</p>\n", wrong_count, held_out.size(),
                            wrong_count > MOST_MISTAKES ? fmt("; the first %ld", MOST_MISTAKES).c_str() : "");
+    if (guesses.size() < held_out.size())
+        html = fmt("<p>%ld of the first %zu held-out sequences are wrong (of %zu: %s cut the decoding short)%s.</p>\n",
+                   wrong_count, guesses.size(), held_out.size(), signal_text(stop_signal).c_str(),
+                   wrong_count > MOST_MISTAKES ? fmt("; the first %ld", MOST_MISTAKES).c_str() : "");
     if (!wrong.empty())
         html += "<table class=\"mistakes\"><tr><th>input</th><th>prediction</th><th>truth</th></tr>\n" +
                 join(wrong, "") + "</table>\n";

@@ -1,30 +1,6 @@
 // workbench/run_test.cpp -- tests of main.cpp's run(): whole runs, with bad paths, outputs on one file, no
-// held-out set, a diverging loss, a report, a --train-data file, and real signals.
-#define SORTER_NO_MAIN  // main.cpp without its main(): run() and finish_output() are called directly
-#include "../main.cpp"
-#include "test_helpers.hpp"
-
-#include <sys/resource.h>
-#include <sys/wait.h>
-
-// A run of these flags: "" when it did what was asked, else its one-line refusal (from parsing or running).
-std::string run_error(const std::vector<std::string>& args) {
-    Options o;
-    std::string parse = parse_error(args, &o);
-    if (!parse.empty()) return parse;
-    try {
-        run(o);
-        return std::string();
-    } catch (const UsageError& e) {
-        return e.message;
-    }
-}
-// What a run of these flags prints, or its one-line refusal.
-std::string run_output(const std::vector<std::string>& args) {
-    std::string error;
-    std::string printed = printed_by([&] { error = run_error(args); });
-    return error.empty() ? printed : error;
-}
+// held-out set, a diverging loss, a report, a --train-data file. (Real signals: signals_test.cpp.)
+#include "run_helpers.hpp"
 
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
     CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: no such directory"));
@@ -197,94 +173,6 @@ TEST_CASE("run(): each picture --svg will write is checked before training") {
     CHECK(dir.listing() == std::vector<std::string>{"training.svg"});
 }
 
-// Ctrl-C, sent for real to a child process that runs a long training: the first SIGINT stops training
-// after the current step, the run evaluates, saves a checkpoint that goes on from that step, and exits
-// with status 130; a second SIGINT quits at once and leaves no file. Before, the first SIGINT quit at
-// once and every step was lost.
-pid_t start_run(const std::vector<std::string>& args, const std::string& log) {
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid != 0) return pid;
-    install_signal_handlers();  // the child, first of all: sorter's handlers, not doctest's
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);  // a new log: no old text to be misread
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line, as main() sets it
-    int status = 1;
-    try {
-        status = finish_output(stdout, run(parse_options(args)));
-    } catch (const UsageError& e) {
-        std::fprintf(stderr, "sorter: %s\n", e.message.c_str());
-        status = 2;
-    }
-    std::fflush(stdout);
-    _exit(status);
-}
-bool wait_for_text(pid_t pid, const std::string& log, const std::string& text) {  // up to 60 s
-    for (int i = 0; i < 600; i++, usleep(100000))
-        if (contains(read_all(log), text)) return true;
-    kill(pid, SIGKILL);  // never leave a run of a million steps behind
-    waitpid(pid, nullptr, 0);
-    return false;
-}
-TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a second quits at once") {
-    TempDir dir("sigint");
-    std::string m = dir.file("m.txt"), log = dir.file("log");
-    pid_t pid = start_run({"--steps", "1000000", "--eval-every", "1000000", "--save", m}, log);
-    REQUIRE(wait_for_text(pid, log, "held-out loss"));  // the table's head: training has begun
-    usleep(200000);
-    kill(pid, SIGINT);
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 130);
-    std::string out = read_all(log);
-    CHECK(contains(out, "interrupted at step "));
-    CHECK(contains(out, "final: exact-match"));
-    CHECK(contains(out, "saved " + m));
-    long step = std::atol(out.substr(out.find("interrupted at step ") + 20).c_str());
-    CHECK(step > 0);
-    CHECK(step < 1000000);
-    CHECK(contains(read_all(m), "updates " + std::to_string(step) + "\n"));
-
-    std::string big = dir.file("big.txt");
-    log = dir.file("log2");
-    pid = start_run({"--steps", "1000000", "--d-model", "128", "--d-ff", "512", "--save", big}, log);
-    REQUIRE(wait_for_text(pid, log, "held-out loss"));
-    kill(pid, SIGINT);
-    usleep(20000);
-    kill(pid, SIGINT);
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == SIGINT);
-    CHECK(dir.listing() == std::vector<std::string>{"log", "log2", "m.txt"});
-}
-
-// SIGHUP and SIGQUIT, like SIGTERM and SIGINT, remove the temporary file of a write under way: before,
-// a hang-up during --save left FILE.tmp-PID behind.
-TEST_CASE("signals: HUP, QUIT, TERM and INT during a write leave no temporary file") {
-    TempDir dir("sighup");
-    for (int sig : {SIGHUP, SIGQUIT, SIGTERM, SIGINT}) {
-        std::string tmp = dir.file("m.txt.tmp-" + std::to_string(sig));
-        pid_t pid = fork();
-        if (pid == 0) {
-            rlimit no_core{0, 0};
-            setrlimit(RLIMIT_CORE, &no_core);  // SIGQUIT's default action would dump core
-            install_signal_handlers();
-            std::ofstream(tmp) << "half a checkpoint";
-            std::snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp.c_str());
-            raise(sig);
-            _exit(0);  // not reached
-        }
-        int status = 0;
-        REQUIRE(waitpid(pid, &status, 0) == pid);
-        INFO("signal ", sig);
-        CHECK(WIFSIGNALED(status));
-        CHECK(WTERMSIG(status) == sig);
-        CHECK(!std::filesystem::exists(tmp));
-    }
-}
-
 // A model trained on a --train-data file goes on only with that file: before, --load m.txt --steps 10
 // trained on every source and scored on 13 "held-out" sequences, two of them lines of the file. The
 // checkpoint keeps the file's fingerprint; the same file gives the same held-out set, any other is refused.
@@ -359,7 +247,7 @@ TEST_CASE("run(): beam search, and the regularisers, in whole runs") {
     CHECK(contains(printed, "label smoothing: the losses below are the plain cross-entropy"));
     run_output(twice);
     CHECK(read_all(dir.file("a.txt")) == read_all(dir.file("b.txt")));
-    CHECK(read_all(dir.file("a.txt")).rfind("sorter-checkpoint 4\n", 0) == 0);
+    CHECK(read_all(dir.file("a.txt")).rfind("sorter-checkpoint 5\n", 0) == 0);
     std::string again = run_output({"--load", dir.file("a.txt"), "--steps", "5"});
     CHECK(contains(again, "variant: --tie-embeddings --dropout 0.1"));
     CHECK(contains(run_error({"--load", dir.file("a.txt"), "--dropout", "0.2"}), "--dropout cannot be combined"));

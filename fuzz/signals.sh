@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# fuzz/signals.sh [INT TERM HUP KILL]: signals sent at random moments of real runs of ./sorter, and every
+# output checked afterwards (make signals runs it; the defaults are 40, 10, 10 and 10 runs).
+#
+# INT, TERM, HUP: a run that trains, evaluates, scores --test-len and writes a checkpoint, a report and three
+# pictures gets the signal at a moment drawn evenly over its whole length. Afterwards:
+#   - a run that printed its table's head (so training began) leaves a checkpoint that loads and trains on;
+#   - the report and each picture are whole (they end as such a file ends) or absent;
+#   - no temporary file (NAME.tmp-PID) is left.
+# KILL: a --save-every 50 run of 2,000 steps (dropout, Adam, the linear schedule) is killed outright at a moment
+# drawn over its training, then finished with --finish; its checkpoint must equal the uninterrupted run's, byte
+# for byte. (SIGKILL cannot be caught: a save under way leaves its temporary, which is removed first.)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+INT=${1:-40} TERM_RUNS=${2:-10} HUP=${3:-10} KILL_RUNS=${4:-10}
+BIN=$PWD/sorter
+WORK=$(mktemp -d /tmp/sorter-signals-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+RUN=(--steps 300 --d-model 64 --heads 4 --d-ff 256 --enc-layers 3 --dec-layers 3 --test-len 16)
+fail() { echo "FAIL: $*" | tee -a "$WORK/failures" >&2; }
+seconds_of() {  # how long a command takes, in seconds
+  local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
+  awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.2f", ns / 1e9 }'
+}
+moment() { awk -v span="$1" -v r="$RANDOM$RANDOM" 'BEGIN { srand(r); printf "%.3f", rand() * span }'; }
+
+mkdir -p "$WORK/whole/svg"
+span=$(seconds_of "$BIN" "${RUN[@]}" --save "$WORK/whole/m.txt" --report "$WORK/whole/r.html" --svg "$WORK/whole/svg")
+echo "a whole run takes $span s; the signals come at moments drawn from 0 to $span s"
+
+# One run of RUN, signal SIG at a random moment; then every output checked. Prints the phase it stopped in.
+signal_run() {
+  local sig=$1 n=$2 dir="$WORK/$1-$2" at
+  mkdir -p "$dir/svg"
+  at=$(moment "$span")
+  "$BIN" "${RUN[@]}" --save "$dir/m.txt" --report "$dir/r.html" --svg "$dir/svg" >"$dir/log" 2>&1 &
+  local pid=$!
+  sleep "$at"
+  kill -s "$sig" "$pid" 2>/dev/null
+  wait "$pid"
+  local status=$? phase
+  if grep -q "^interrupted at step" "$dir/log"; then phase="training"
+  elif grep -q "^final: .*cut the evaluation short" "$dir/log"; then phase="the final evaluation"
+  elif grep -q "^  length .*\(not scored\|cut the evaluation short\)" "$dir/log"; then phase="--test-len"
+  elif grep -qs "cut the decoding short" "$dir/r.html"; then phase="the report's decoding"
+  elif [ "$status" -eq 0 ]; then phase="none: the run had ended"
+  elif grep -q "^final: " "$dir/log"; then phase="writing the outputs"
+  else phase="before training"; fi
+  if grep -q "held-out loss" "$dir/log" && [ "$phase" != "before training" ]; then
+    [ -f "$dir/m.txt" ] || fail "$sig at $at s ($phase): no checkpoint"
+    "$BIN" --load "$dir/m.txt" --steps 1 --save "$dir/m2.txt" >/dev/null 2>&1 ||
+      fail "$sig at $at s ($phase): the checkpoint does not load and train on"
+  fi
+  [ ! -e "$dir/r.html" ] || [ "$(tail -c 8 "$dir/r.html")" = "</html>"$'\n' ] || [ "$(tail -n 1 "$dir/r.html")" = "</html>" ] ||
+    fail "$sig at $at s: a partial report"
+  for svg in "$dir"/svg/*.svg; do
+    [ ! -e "$svg" ] || [ "$(tail -n 1 "$svg")" = "</svg>" ] || fail "$sig at $at s: a partial $(basename "$svg")"
+  done
+  if ls "$dir" "$dir/svg" | grep -q '\.tmp-'; then fail "$sig at $at s: a temporary file was left"; fi
+  echo "$phase"
+}
+for plan in "INT $INT" "TERM $TERM_RUNS" "HUP $HUP"; do
+  set -- $plan
+  [ "$2" -gt 0 ] || continue
+  phases=$(for n in $(seq "$2"); do signal_run "$1" "$n"; done | sort | uniq -c | sed 's/^ */  /')
+  echo "SIG$1, $2 runs, stopped in:"
+  echo "$phases"
+done
+
+if [ "$KILL_RUNS" -gt 0 ]; then
+  KRUN=(--steps 2000 --dropout 0.1 --optimizer adam --eval-every 1000000)
+  mkdir -p "$WORK/kill"
+  kspan=$(seconds_of "$BIN" "${KRUN[@]}" --save "$WORK/kill/whole.txt")
+  same=0 none=0
+  for n in $(seq "$KILL_RUNS"); do
+    k="$WORK/kill/k$n.txt"
+    at=$(moment "$kspan")
+    "$BIN" "${KRUN[@]}" --save "$k" --save-every 50 >/dev/null 2>&1 &
+    pid=$!
+    sleep "$at"
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rm -f "$k".tmp-*
+    if [ ! -f "$k" ]; then none=$((none + 1)); continue; fi  # killed before step 50: nothing to finish
+    kept=$(grep -m1 '^updates ' "$k" | cut -d' ' -f2)
+    if [ "$kept" -lt 2000 ]; then "$BIN" --load "$k" --finish --save "$k" >/dev/null 2>&1 || fail "--finish from step $kept"; fi
+    if cmp -s "$k" "$WORK/kill/whole.txt"; then same=$((same + 1)); else fail "SIGKILL at $at s (step $kept): not the same bytes"; fi
+    echo "  SIGKILL at $at s: checkpoint of step $kept, finished"
+  done
+  echo "SIGKILL, $KILL_RUNS runs over $kspan s: $same finished byte-identical to the whole run, $none killed before the first checkpoint"
+fi
+if [ -s "$WORK/failures" ]; then echo "make signals: $(wc -l < "$WORK/failures") failures"; exit 1; fi
+echo "make signals: every check passed"
