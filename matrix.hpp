@@ -9,9 +9,10 @@
 //   d_ff     hidden width of the feed-forward layer
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
-// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu, gelu;
-// blocks of rows. Skip on a first reading the last, "the same numbers, faster": the model calls its
-// *_fast kernels, which give the plain loops' bits (tests.cpp checks); the loops are the math.
+// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu, gelu, silu
+// and multiply (SwiGLU's); blocks of rows. Skip on a first reading silu and multiply (SwiGLU, a variant), and
+// the last section, "the same numbers, faster": the model calls its *_fast kernels, which give the plain
+// loops' bits (tests.cpp checks); the loops are the math.
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
 // over every path from an input to the loss: when one input feeds two places, both add in.
@@ -222,6 +223,34 @@ inline void gelu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
     for (std::size_t i = 0; i < X.data.size(); i++) {
         double x = X.data[i];
         dX.data[i] += dY.data[i] * (normal_cdf(x) + x * normal_pdf(x));
+    }
+}
+
+// SiLU (swish), SwiGLU's gate: silu(x) = x sigmoid(x) = x / (1 + e^-x).
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline Matrix silu(const Matrix& X) {
+    Matrix Y = X;
+    for (double& v : Y.data) v = v * sigmoid(v);
+    return Y;
+}
+// forward: Y = X s(X), s = sigmoid, s' = s (1 - s)   so   dX += dY (s + X s (1 - s))   (product rule)
+inline void silu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
+    for (std::size_t i = 0; i < X.data.size(); i++) {
+        double s = sigmoid(X.data[i]);
+        dX.data[i] += dY.data[i] * (s + X.data[i] * s * (1.0 - s));
+    }
+}
+// Entry by entry, Y = A * B: SwiGLU's gate times its partner.
+inline Matrix multiply(const Matrix& A, const Matrix& B) {
+    Matrix Y = A;
+    for (std::size_t i = 0; i < Y.data.size(); i++) Y.data[i] *= B.data[i];
+    return Y;
+}
+// forward: Y = A * B   so   dA += dY * B,  dB += dY * A   (each factor's slope is the other)
+inline void multiply_backward(const Matrix& dY, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
+    for (std::size_t i = 0; i < dY.data.size(); i++) {
+        dA.data[i] += dY.data[i] * B.data[i];
+        dB.data[i] += dY.data[i] * A.data[i];
     }
 }
 

@@ -6,16 +6,20 @@
 // happen: a block with two inputs (attention's queries and memory) adds into gradients the caller zeroed,
 // and Embedding's input is token ids, which have no gradient. Legend as in matrix.hpp: n_seq sequences run
 // as one stack of rows (sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's).
-// Sections: Linear; Dropout; Embedding; attention and its masks; MultiHeadAttention; LayerNorm; FeedForward;
-// Sublayer (the residual rule); EncoderBlock; DecoderBlock; Transformer; decoding with a cache (inference
-// only). Skip on a first reading: Positions::random (position_rows, hash_of, target_row), the last section.
+// Sections: Linear; Dropout; Embedding; attention and its masks; rotary positions and ALiBi's slopes;
+// MultiHeadAttention; LayerNorm; FeedForward; Sublayer (the residual rule); EncoderBlock; DecoderBlock;
+// Transformer; decoding with a cache (inference only). Skip on a first reading: Positions::random
+// (position_rows, hash_of, target_row), today's blocks (rotate_pairs, alibi_slopes_of, the `rms`, SwiGLU and
+// kv_heads lines), the last section.
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and
 // eps inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
 // 1..max_digit, START = vocab - 1. Where each switch acts (all off by default): post-norm in Sublayer;
 // learned, no or random positions and no embedding scale in Embedding; GELU in FeedForward; dropout, in
 // training only, on the embeddings (Transformer), every sublayer's output (Sublayer) and the attention
-// weights (attention); tied embeddings in Transformer::output.
+// weights (attention); tied embeddings in Transformer::output. Today's blocks: RMSNorm in LayerNorm; SwiGLU
+// in FeedForward; rotary positions (rotate_pairs), ALiBi (in attention) and grouped-query attention in
+// MultiHeadAttention.
 #pragma once
 
 #include <string>
@@ -26,11 +30,11 @@
 
 // The exercise switches, each with its names as the flags and the checkpoint file spell them.
 enum class Norm { pre, post };
-enum class Positions { sinusoidal, learned, none, random };
-enum class Activation { relu, gelu };
+enum class Positions { sinusoidal, learned, none, random, rope, alibi };
+enum class Activation { relu, gelu, swiglu };
 const std::vector<std::string> NORM_NAMES = {"pre", "post"};
-const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random"};
-const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu"};
+const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
+const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
@@ -47,6 +51,9 @@ struct ModelConfig {
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
+    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (Llama's norm)
+    int kv_heads = 0;             // key-value heads, dividing n_heads (grouped-query attention); 0: n_heads
+    int key_value_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
 };
 
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
@@ -150,6 +157,7 @@ struct Embedding {
         case Positions::sinusoidal: case Positions::random: return &fixed;  // random: rows of the fixed table
         case Positions::learned: return &learned.value;
         case Positions::none: return nullptr;  // the model sees a bag of tokens
+        case Positions::rope: case Positions::alibi: return nullptr;  // in self-attention (MultiHeadAttention)
         }
         return nullptr;  // not reached
     }
@@ -228,10 +236,17 @@ constexpr double MASKED = -1e9;
 // temporaries (multi-head attention's slices) are kept there without being copied.
 // Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V. The
 // cache keeps P as it was, so the maps show the weights before dropout.
+// ALiBi (--pos alibi; alibi_slope above 0): query i, at position first_query + i, and key j, at position j, have
+// their score lowered by slope x |first_query + i - j|, a constant (no gradient). The decoder's causal mask leaves
+// only keys at or before the query, so there it is the paper's i - j; the encoder sees both sides, and the
+// distance counts either way (symmetric, as BERT-style uses of ALiBi take it: the paper's models are causal).
 inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
-                        Rng* dropout_draws = nullptr) {
+                        Rng* dropout_draws = nullptr, double alibi_slope = 0.0, int first_query = 0) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
+    if (alibi_slope > 0.0)
+        for (int i = 0; i < scores.rows; i++)
+            for (int j = 0; j < scores.cols; j++) scores.at(i, j) -= alibi_slope * std::abs(first_query + i - j);
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
@@ -259,43 +274,99 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rotary positions (--pos rope; Su et al. 2021, RoFormer), in self-attention only: nothing is added to the
+// embeddings. Each head's query and key columns, taken in pairs (2i, 2i+1) as the RoFormer paper and Meta's
+// Llama code pair them, are turned by the angle pos / 10000^(2i / d_k): the sinusoidal table's clocks, now turning
+// Q and K. (Much PyTorch code pairs column i with i + d_k / 2 instead: the same model, with the columns of W_q and
+// W_k permuted.) A query at position m and a key at n then meet as (R_m q) . (R_n k) = q . R_(n-m) k: the score
+// sees only how far apart they are.
+//   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
+inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
+    Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
+    for (int t = 0; t < L; t++)
+        for (int i = 0; i < d_k / 2; i++) {
+            double angle = sign * double(first + t) / std::pow(10000.0, 2.0 * i / d_k);
+            cosine.at(t, i) = std::cos(angle), sine.at(t, i) = std::sin(angle);
+        }
+    for (int r = 0; r < X.rows; r++)
+        for (int col = 0; col + 1 < X.cols; col += 2) {
+            int t = r % L, i = (col % d_k) / 2;  // the row's position, the pair's place in its head
+            double a = X.at(r, col), b = X.at(r, col + 1), c = cosine.at(t, i), s = sine.at(t, i);
+            X.at(r, col) = a * c - b * s;
+            X.at(r, col + 1) = a * s + b * c;
+        }
+    return X;
+}
+// forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle, rotate_pairs
+// with sign -1 (a rotation's transpose is the rotation back).
+
+// ALiBi's slopes (Press et al. 2022), one a head: for n heads a power of two, m_h = 2^(-8 h / n), h = 1 .. n.
+// Otherwise the largest power of two below n, n0, gives its n0 slopes, and the rest are the odd-numbered slopes
+// of 2 n0 heads, 2^(-4 h / n0) for h = 1, 3, 5, ..., the rule of the paper's code.
+inline std::vector<double> alibi_slopes_of(int n) {
+    int n0 = 1;
+    while (n0 * 2 <= n) n0 *= 2;
+    std::vector<double> m;
+    for (int h = 1; h <= n0; h++) m.push_back(std::pow(2.0, -8.0 * h / n0));
+    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(std::pow(2.0, -4.0 * h / n0));
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join
 // the slices, project with W_o. x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output
 // (n_seq T, d_model). Self-attention: x_q = x_kv (causal: and a causal mask); cross-attention: x_q from the
 // decoder, x_kv the encoder's output (the "memory").
+// Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N
+// query heads (N = 1: multi-query attention), so W_k and W_v, and the decoding cache, are N / n_heads the size.
+// Rotary positions and ALiBi act in self-attention only: cross-attention relates a decoder position to an encoder
+// position, two sequences whose distance means nothing, so it stays without positions, as in T5's relative biases.
 struct MultiHeadAttention {
-    int n_heads = 1, d_k = 1;
+    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
-    Linear W_q, W_k, W_v, W_o;          // each (d_model, d_model), no bias
+    bool rotary = false;                // --pos rope, self-attention: Q and K turned by position
+    std::vector<double> alibi_slopes;   // --pos alibi, self-attention: head h's slope; else empty
+    Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
-    MultiHeadAttention(const ModelConfig& c, Rng& rng)
-        : n_heads(c.n_heads), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
-          W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, c.d_model, false, rng),
-          W_v(c.d_model, c.d_model, false, rng), W_o(c.d_model, c.d_model, false, rng) {}
+    MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
+        : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
+          rotary(self_attention && c.positions == Positions::rope),
+          alibi_slopes(self_attention && c.positions == Positions::alibi ? alibi_slopes_of(c.n_heads)
+                                                                          : std::vector<double>()),
+          W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, kv_heads * d_k, false, rng),
+          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
             linear->list_parameters(name + suffix, "", list);
     }
+    // With rotary positions, Q or K turned (sign -1: back), its sequences of L rows starting at position `first`.
+    Matrix turned(Matrix X, int L, int first, double sign = 1.0) const {
+        return rotary ? rotate_pairs(std::move(X), L, first, d_k, sign) : X;
+    }
 
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1) {
-        return attend(W_q.forward(x_q), W_k.forward(x_kv), W_v.forward(x_kv), mask, n_seq);
+        return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
+                      W_v.forward(x_kv), mask, n_seq);
     }
-    // Q (n_seq T, d_model), K and V (n_seq S, d_model): every sequence's heads, joined, projected by W_o.
-    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq) {
+    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o. The
+    // queries' positions start at first_query (ALiBi's distances; decoding's newest row is further on).
+    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq,
+                  int first_query = 0) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-        int T = Q.rows / n_seq, S = K.rows / n_seq;
+        int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k;  // head h owns columns col .. col + d_k - 1
+                int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
-                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, col, d_k),
-                                       take_block(V, e * S, S, col, d_k), mask_e, heads[e * n_heads + h],
-                                       attn_dropout, dropout_draws);
+                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, kv_col, d_k),
+                                       take_block(V, e * S, S, kv_col, d_k), mask_e, heads[e * n_heads + h],
+                                       attn_dropout, dropout_draws, alibi_slopes.empty() ? 0.0 : alibi_slopes[h],
+                                       first_query);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         return W_o.forward(joined);
@@ -304,18 +375,23 @@ struct MultiHeadAttention {
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
-        Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, n_heads * d_k), dV(n_seq * S, n_heads * d_k);
+        int group = n_heads / kv_heads;
+        Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
         for (int e = 0; e < n_seq; e++)
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k;
+                int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
                 attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h, dV_h);
-                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V
+                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The group's
+                // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
-                add_into_block(dK_h, e * S, col, dK);
-                add_into_block(dV_h, e * S, col, dV);
+                add_into_block(dK_h, e * S, kv_col, dK);
+                add_into_block(dV_h, e * S, kv_col, dV);
             }
+        // forward: Q and K turned by position (rotary): turned back
+        dQ = turned(std::move(dQ), T, 0, -1.0);
+        dK = turned(std::move(dK), S, 0, -1.0);
         // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
@@ -331,17 +407,20 @@ struct MultiHeadAttention {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model).
 // var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
+// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm): y = gamma * x / sqrt(mean(x^2) + eps), the same
+// with no mean taken out and no beta: the scale alone is normalised, one pass fewer over the row. `rms` says which.
 struct LayerNorm {
     static constexpr double eps = 1e-5;
-    Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
+    bool rms = false;           // RMSNorm: mean 0, no beta
+    Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising; RMSNorm: no beta
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
 
     LayerNorm() = default;
-    explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
+    explicit LayerNorm(int d_model, bool rms_norm = false) : rms(rms_norm), gamma(1, d_model, 1.0), beta(1, rms ? 0 : d_model, 0.0) {}
     void list_parameters(const std::string& name, ParamList& list) {
         list.push_back({name + ".gamma", &gamma});
-        list.push_back({name + ".beta", &beta});
+        if (!rms) list.push_back({name + ".beta", &beta});
     }
 
     Matrix forward(const Matrix& x) {
@@ -350,13 +429,15 @@ struct LayerNorm {
         rstd.assign(n, 0.0);
         Matrix y(n, d);
         for (int i = 0; i < n; i++) {
-            double mean = 0.0, var = 0.0;
-            for (int j = 0; j < d; j++) mean += x.at(i, j) / d;
+            double mean = 0.0, var = 0.0;  // RMSNorm: mean stays 0, so var is the mean of the squares
+            if (!rms)
+                for (int j = 0; j < d; j++) mean += x.at(i, j) / d;
             for (int j = 0; j < d; j++) var += (x.at(i, j) - mean) * (x.at(i, j) - mean) / d;
             rstd[i] = 1.0 / std::sqrt(var + eps);
             for (int j = 0; j < d; j++) {
                 x_hat.at(i, j) = (x.at(i, j) - mean) * rstd[i];
-                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j) + beta.value.at(0, j);
+                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j);
+                if (!rms) y.at(i, j) += beta.value.at(0, j);
             }
         }
         return y;
@@ -370,16 +451,18 @@ struct LayerNorm {
     // d rstd/dx_j = -rstd^3 (x_j - mean) / d; the chain rule through every x_hat_k = (x_k - mean) rstd:
     //   dx_j = sum_k d_x_hat_k [(delta_jk - 1/d) rstd - (x_k - mean) rstd^3 (x_j - mean) / d]
     //        = rstd (d_x_hat_j - mean(d_x_hat) - x_hat_j mean(d_x_hat * x_hat)).
+    // RMSNorm: mean = 0 does not move with x, so the 1/d and term 2 are gone, and so is d_beta; term 3 stays,
+    //          through the mean of squares: dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat)).
     Matrix backward(const Matrix& dy) {
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
         for (int i = 0; i < n; i++) {
-            double mean_d = 0.0, mean_d_xhat = 0.0;
+            double mean_d = 0.0, mean_d_xhat = 0.0;  // RMSNorm: mean_d stays 0
             for (int j = 0; j < d; j++) {
                 gamma.grad.at(0, j) += dy.at(i, j) * x_hat.at(i, j);
-                beta.grad.at(0, j) += dy.at(i, j);
+                if (!rms) beta.grad.at(0, j) += dy.at(i, j);
                 d_x_hat.at(i, j) = dy.at(i, j) * gamma.value.at(0, j);
-                mean_d += d_x_hat.at(i, j) / d;
+                if (!rms) mean_d += d_x_hat.at(i, j) / d;
                 mean_d_xhat += d_x_hat.at(i, j) * x_hat.at(i, j) / d;
             }
             for (int j = 0; j < d; j++)
@@ -392,18 +475,33 @@ struct LayerNorm {
 // ---------------------------------------------------------------------------------------------
 // Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
 //   x, y (n, d_model), hidden (n, d_ff). act is ReLU, or GELU for the exercise.
+// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward): y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a
+// gate times its partner, entry by entry. Three matrices where there were two, so the hidden width is 2 d_ff / 3
+// (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
+inline int hidden_width(const ModelConfig& c) {  // of the feed-forward
+    switch (c.activation) {
+    case Activation::relu: case Activation::gelu: return c.d_ff;
+    case Activation::swiglu: return std::max(1, (2 * c.d_ff + 1) / 3);  // 2 d_ff / 3, rounded
+    }
+    return c.d_ff;  // not reached
+}
 struct FeedForward {
-    Linear layer1, layer2;  // (d_model -> d_ff), (d_ff -> d_model), both with bias
+    Linear layer1, layer2, layer3;  // (d_model -> hidden), (hidden -> d_model), with bias; layer3 (d_model ->
+                                    // hidden) only with SwiGLU, the gate's partner
     Activation activation = Activation::relu;
-    Matrix hidden;          // saved (n, d_ff): the activation's input
+    Matrix hidden;          // saved (n, hidden): the activation's input (SwiGLU: the gate's)
+    Matrix partner;         // saved (n, hidden), SwiGLU only: x W_3 + b_3
 
     FeedForward() = default;
     FeedForward(const ModelConfig& c, Rng& rng)
-        : layer1(c.d_model, c.d_ff, true, rng), layer2(c.d_ff, c.d_model, true, rng),
-          activation(c.activation) {}
+        : layer1(c.d_model, hidden_width(c), true, rng), layer2(hidden_width(c), c.d_model, true, rng),
+          activation(c.activation) {
+        if (activation == Activation::swiglu) layer3 = Linear(c.d_model, hidden_width(c), true, rng);
+    }
     void list_parameters(const std::string& name, ParamList& list) {
         layer1.list_parameters(name + ".W_1", name + ".b_1", list);
         layer2.list_parameters(name + ".W_2", name + ".b_2", list);
+        if (activation == Activation::swiglu) layer3.list_parameters(name + ".W_3", name + ".b_3", list);
     }
 
     Matrix forward(const Matrix& x) {
@@ -411,17 +509,25 @@ struct FeedForward {
         switch (activation) {  // names every activation: a new one cannot pass as an old one (-Wswitch)
         case Activation::relu: return layer2.forward(relu(hidden));
         case Activation::gelu: return layer2.forward(gelu(hidden));
+        case Activation::swiglu: partner = layer3.forward(x); return layer2.forward(multiply(silu(hidden), partner));
         }
         return Matrix();  // not reached
     }
     Matrix backward(const Matrix& dy) {
         Matrix d_act = layer2.backward(dy);  // forward: layer2.forward(act(hidden))
-        Matrix d_hidden(hidden.rows, hidden.cols);
+        Matrix d_hidden(hidden.rows, hidden.cols), d_gate(hidden.rows, hidden.cols), d_partner;
         switch (activation) {  // forward: act(hidden)
         case Activation::relu: relu_backward(d_act, hidden, d_hidden); break;
         case Activation::gelu: gelu_backward(d_act, hidden, d_hidden); break;
+        case Activation::swiglu:
+            d_partner = Matrix(hidden.rows, hidden.cols);
+            multiply_backward(d_act, silu(hidden), partner, d_gate, d_partner);  // act = multiply(gate, partner)
+            silu_backward(d_gate, hidden, d_hidden);                           // gate = silu(hidden)
+            break;
         }
-        return layer1.backward(d_hidden);  // forward: hidden = layer1.forward(x)
+        Matrix dx = layer1.backward(d_hidden);  // forward: hidden = layer1.forward(x)
+        if (activation == Activation::swiglu) accumulate(dx, layer3.backward(d_partner));  // partner = layer3(x)
+        return dx;
     }
 };
 
@@ -442,7 +548,7 @@ struct Sublayer {
     Matrix keep;                   // saved: the dropout's factors, empty when nothing was dropped
 
     Sublayer() = default;
-    explicit Sublayer(const ModelConfig& c) : norm(c.d_model), where(c.norm), p(c.dropout) {}
+    explicit Sublayer(const ModelConfig& c) : norm(c.d_model, c.rms_norm), where(c.norm), p(c.dropout) {}
 
     template <typename F>  // f: Matrix(const Matrix& f_in)
     Matrix forward(const Matrix& x, F f) {
@@ -482,7 +588,7 @@ struct EncoderBlock {
 
     EncoderBlock() = default;
     EncoderBlock(const ModelConfig& c, Rng& rng)
-        : attn_sub(c), ffn_sub(c), self_attn(c, rng), ffn(c, rng) {}
+        : attn_sub(c), ffn_sub(c), self_attn(c, rng, true), ffn(c, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {
         attn_sub.norm.list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
@@ -516,7 +622,7 @@ struct DecoderBlock {
 
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
-        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng), cross_attn(c, rng), ffn(c, rng) {}
+        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true), cross_attn(c, rng), ffn(c, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {
         self_sub.norm.list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
@@ -586,7 +692,7 @@ struct Transformer {
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
 
     Transformer() = default;
-    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model) {
+    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model, c.rms_norm) {
         Rng rng(seed);
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
@@ -698,7 +804,7 @@ struct Transformer {
 // and V, made once. The new rows are those a whole-prefix pass gives, bit for bit: its later keys are masked
 // and add exactly 0 (tests.cpp checks).
 struct DecodingCache {
-    // self_K, self_V (n_seq t, d_model), t the tokens fed so far; cross_K, cross_V (n_seq S, d_model)
+    // self_K, self_V (n_seq t, kv_heads d_k), t the tokens fed so far; cross_K, cross_V (n_seq S, kv_heads d_k)
     struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
     std::vector<Layer> layers;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
@@ -717,14 +823,17 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
     return cache;
 }
 
-// DecoderBlock::forward for y (n_seq, d_model), one newest row a sequence, against what `kept` holds. No causal
-// mask: every kept key is at an earlier position, or this one.
+// DecoderBlock::forward for y (n_seq, d_model), one newest row a sequence at `position`, against what `kept`
+// holds. No causal mask: every kept key is at an earlier position, or this one. With rotary positions the kept
+// keys were turned at their own positions, so only the newest row turns.
 inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept,
-                                 const Matrix& memory_mask, int n_seq) {
+                                 const Matrix& memory_mask, int n_seq, int position) {
+    MultiHeadAttention& self = b.self_attn;
     Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
-        kept.self_K = join_sequences(kept.self_K, b.self_attn.W_k.forward(a), n_seq);  // each sequence's rows, then
-        kept.self_V = join_sequences(kept.self_V, b.self_attn.W_v.forward(a), n_seq);  // its new one
-        return b.self_attn.attend(b.self_attn.W_q.forward(a), kept.self_K, kept.self_V, Matrix(), n_seq);
+        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), 1, position), n_seq);  // each
+        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new one
+        return self.attend(self.turned(self.W_q.forward(a), 1, position), kept.self_K, kept.self_V, Matrix(), n_seq,
+                           position);
     });
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
         return b.cross_attn.attend(b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq);
@@ -740,7 +849,7 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
     Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
     Matrix memory_mask = padding_mask(1, cache.sources);                     // (n_seq, S)
     for (std::size_t i = 0; i < model.decoder.size(); i++)
-        y = decoder_block_next(model.decoder[i], y, cache.layers[i], memory_mask, n_seq);
+        y = decoder_block_next(model.decoder[i], y, cache.layers[i], memory_mask, n_seq, cache.position);
     cache.position++;
     return model.output(model.final_norm.forward(y));
 }

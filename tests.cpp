@@ -991,6 +991,193 @@ TEST_CASE("gradient: whole model, 2 encoder + 2 decoder blocks") {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Today's blocks: RMSNorm, SwiGLU, rotary positions, ALiBi, grouped-query attention
+// ---------------------------------------------------------------------------------------------
+
+// SiLU, x sigmoid(x): the product rule gives s + x s (1 - s). And the entry-by-entry product, each factor's
+// gradient the other factor. Inputs over [-4, 4] reach both of silu's tails.
+TEST_CASE("gradient: silu and multiply") {
+    Rng rng(81);
+    Matrix X = random_matrix(4, 5, rng, -4.0, 4.0), dX(4, 5);
+    check_block("silu", {tensor("X", X, dX)}, [&] { return silu(X); },
+                [&](const Matrix& G) { silu_backward(G, X, dX); });
+    Matrix A = random_matrix(3, 4, rng), B = random_matrix(3, 4, rng), dA(3, 4), dB(3, 4);
+    check_block("multiply", {tensor("A", A, dA), tensor("B", B, dB)}, [&] { return multiply(A, B); },
+                [&](const Matrix& G) { multiply_backward(G, A, B, dA, dB); });
+    CHECK(silu(Matrix(1, 1, 0.0)).at(0, 0) == 0.0);
+    CHECK(std::fabs(silu(Matrix(1, 1, 1.0)).at(0, 0) - 0.7310585786300049) < 1e-15);  // 1 / (1 + e^-1)
+}
+
+// RMSNorm: the LayerNorm struct with no mean and no beta. Its two-term backward against central differences,
+// rows of different offsets and spreads; by hand, the row (3, 4) of mean square 12.5 becomes (3, 4) / sqrt(12.5).
+TEST_CASE("gradient: RMSNorm") {
+    Rng rng(82);
+    LayerNorm norm(8, true);
+    CHECK(params_of(norm, "norm").size() == 1);  // gamma alone
+    jitter(params_of(norm, "norm"), rng);
+    Matrix x = random_matrix(4, 8, rng), dx(4, 8);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) x.at(i, j) = x.at(i, j) * (i + 1) + i;
+    check_block("RMSNorm", with({tensor("x", x, dx)}, tensors_of(params_of(norm, "norm"))),
+                [&] { return norm.forward(x); },
+                [&](const Matrix& G) { dx = norm.backward(G); });
+    LayerNorm plain(2, true);
+    Matrix y = plain.forward(Matrix(1, 2, 0.0));
+    Matrix row(1, 2);
+    row.at(0, 0) = 3.0, row.at(0, 1) = 4.0;
+    y = plain.forward(row);
+    CHECK(std::fabs(y.at(0, 0) - 3.0 / std::sqrt(12.5 + 1e-5)) < 1e-15);
+    CHECK(std::fabs(y.at(0, 1) - 4.0 / std::sqrt(12.5 + 1e-5)) < 1e-15);
+}
+
+// SwiGLU: (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, every weight and bias, at the hidden width 2 d_ff / 3
+// (d_ff 12: 8), which keeps the parameters about as many as ReLU's: 3 x 8 x 8 + 8 + 8 + 8 = 216 against 212.
+TEST_CASE("gradient: FeedForward with SwiGLU, and its hidden width") {
+    ModelConfig c = small_config();
+    c.activation = Activation::swiglu;
+    CHECK(hidden_width(c) == 8);
+    Rng rng(83);
+    FeedForward ffn(c, rng);
+    jitter(params_of(ffn, "ffn"), rng, 0.1);
+    long count = 0;
+    for (auto& [name, p] : params_of(ffn, "ffn")) count += long(p->value.data.size());
+    CHECK(count == 216);
+    CHECK(params_of(ffn, "ffn").size() == 6);
+    Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
+    check_block("FeedForward (SwiGLU)", with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))),
+                [&] { return ffn.forward(x); },
+                [&](const Matrix& G) { dx = ffn.backward(G); });
+}
+
+// Rotary positions turn each pair of a head's columns: lengths are kept, a query at m against a key at n
+// scores as one at m + 3 against n + 3 (only the distance counts), turning back (sign -1) restores the input,
+// and the backward is that turn back: checked against central differences, with sequences of 3 stacked.
+TEST_CASE("rotary positions: a turn by position, the score sees the distance, and its backward") {
+    Rng rng(84);
+    const int d_k = 4;
+    Matrix q = random_matrix(1, 2 * d_k, rng), k = random_matrix(1, 2 * d_k, rng);
+    auto at = [&](const Matrix& x, int pos) { return rotate_pairs(x, 1, pos, d_k); };
+    for (int pair = 0; pair < 2 * d_k; pair += 2) {  // every pair keeps its length
+        Matrix turned = at(q, 5);
+        double before = std::hypot(q.at(0, pair), q.at(0, pair + 1));
+        double after = std::hypot(turned.at(0, pair), turned.at(0, pair + 1));
+        CHECK(std::fabs(before - after) < 1e-14);
+    }
+    CHECK(std::fabs(sum_of_products(at(q, 2), at(k, 6)) - sum_of_products(at(q, 5), at(k, 9))) < 1e-13);
+    CHECK(std::fabs(sum_of_products(at(q, 2), at(k, 6)) - sum_of_products(q, k)) > 1e-3);  // it did turn
+    Matrix back = rotate_pairs(at(q, 7), 1, 7, d_k, -1.0);
+    for (std::size_t i = 0; i < q.data.size(); i++) CHECK(std::fabs(back.data[i] - q.data[i]) < 1e-15);
+    Matrix X = random_matrix(6, 2 * d_k, rng), dX(6, 2 * d_k);  // two sequences of 3
+    check_block("rotate_pairs", {tensor("X", X, dX)}, [&] { return rotate_pairs(X, 3, 0, d_k); },
+                [&](const Matrix& G) { accumulate(dX, rotate_pairs(G, 3, 0, d_k, -1.0)); });
+}
+
+// ALiBi's slopes, by the paper's rule: 8 heads 1/2, 1/4, ..., 1/256; 6 heads (not a power of two) the 4 of
+// 4 heads, 1/4, 1/16, 1/64, 1/256, then 1/2 and 1/8 (the paper's code gives these six). In attention, the
+// score of query i against key j falls by slope |first + i - j|: the weights are the softmax of the lowered
+// scores, computed by hand here, and the bias, a constant, changes nothing in the backward's form.
+TEST_CASE("ALiBi: the paper's slopes, and scores lowered by distance") {
+    std::vector<double> eight = alibi_slopes_of(8), six = alibi_slopes_of(6);
+    for (int h = 0; h < 8; h++) CHECK(eight[h] == std::ldexp(1.0, -(h + 1)));
+    CHECK(six == std::vector<double>{0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125});
+    CHECK(alibi_slopes_of(1) == std::vector<double>{std::ldexp(1.0, -8)});
+    Matrix Q(2, 2), K(3, 2), V = Matrix(3, 2, 1.0);  // zero scores: only the bias is left
+    AttentionCache cache;
+    attention(Q, K, V, Matrix(), cache, 0.0, nullptr, 0.5, 1);  // queries at positions 1 and 2
+    for (int i = 0; i < 2; i++) {
+        double total = 0.0;
+        for (int j = 0; j < 3; j++) total += std::exp(-0.5 * std::abs(1 + i - j));
+        for (int j = 0; j < 3; j++)
+            CHECK(std::fabs(cache.P.at(i, j) - std::exp(-0.5 * std::abs(1 + i - j)) / total) < 1e-15);
+    }
+    Rng rng(85);
+    for (bool causal : {false, true}) {
+        Matrix q = random_matrix(4, 4, rng), k = random_matrix(4, 4, rng), v = random_matrix(4, 4, rng);
+        Matrix dq(4, 4), dk(4, 4), dv(4, 4);
+        Matrix mask = causal ? causal_mask(4) : Matrix();
+        check_block(causal ? "attention (ALiBi, causal)" : "attention (ALiBi, two-sided)",
+                    {tensor("Q", q, dq), tensor("K", k, dk), tensor("V", v, dv)},
+                    [&] { return attention(q, k, v, mask, cache, 0.0, nullptr, 0.25); },
+                    [&](const Matrix& G) { attention_backward(G, cache, dq, dk, dv); });
+    }
+}
+
+// Multi-head attention with today's switches, against central differences: grouped-query attention (4 query
+// heads on 2 key-value heads, and on 1: multi-query), where each shared K and V head adds the gradients of the
+// query heads it serves; rotary positions and ALiBi in causal self-attention, two sequences stacked.
+TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positions and ALiBi") {
+    struct Variant {
+        const char* name;
+        int kv_heads;
+        Positions positions;
+    };
+    for (const Variant& v : {Variant{"MHA (GQA 4 on 2, self)", 2, Positions::sinusoidal},
+                             Variant{"MHA (MQA 4 on 1, self)", 1, Positions::sinusoidal},
+                             Variant{"MHA (rotary, causal self)", 0, Positions::rope},
+                             Variant{"MHA (ALiBi, causal self)", 0, Positions::alibi},
+                             Variant{"MHA (GQA 4 on 2, rotary)", 2, Positions::rope}}) {
+        ModelConfig c = small_config();
+        c.n_heads = 4;  // d_k = 2
+        c.kv_heads = v.kv_heads;
+        c.positions = v.positions;
+        Rng rng(86);
+        MultiHeadAttention mha(c, rng, true);
+        CHECK(mha.W_k.W.value.cols == c.key_value_heads() * 2);
+        Matrix x = random_matrix(6, c.d_model, rng), dx(6, c.d_model);
+        Matrix mask = stack_rows({causal_mask(3), causal_mask(3)});
+        check_block(v.name, with({tensor("x", x, dx)}, tensors_of(params_of(mha, "mha"))),
+                    [&] { return mha.forward(x, x, mask, 2); },
+                    [&](const Matrix& G) { mha.backward(G, dx, dx); });
+    }
+    ModelConfig c = small_config();  // cross-attention with shared K and V heads, two PAD keys
+    c.n_heads = 4;
+    c.kv_heads = 2;
+    c.positions = Positions::rope;  // cross-attention takes none: its queries and keys stay as projected
+    Rng rng(87);
+    MultiHeadAttention mha(c, rng);
+    CHECK(!mha.rotary);
+    Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
+    Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
+    check_block("MHA (GQA 4 on 2, cross)",
+                with({tensor("x_q", x, dx), tensor("memory", memory, d_memory)}, tensors_of(params_of(mha, "mha"))),
+                [&] { return mha.forward(x, memory, padding_mask(3, {padded_source})); },
+                [&](const Matrix& G) { mha.backward(G, dx, d_memory); });
+}
+
+// Each of today's blocks in the whole model, and all of them at once.
+TEST_CASE("gradient: whole model, RMSNorm") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.rms_norm = true;
+    check_model("model (RMSNorm)", c);
+}
+TEST_CASE("gradient: whole model, SwiGLU") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.activation = Activation::swiglu;
+    check_model("model (SwiGLU)", c);
+}
+TEST_CASE("gradient: whole model, rotary positions") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.positions = Positions::rope;
+    check_model("model (rotary)", c);
+}
+TEST_CASE("gradient: whole model, ALiBi") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.positions = Positions::alibi;
+    check_model("model (ALiBi)", c);
+}
+TEST_CASE("gradient: whole model, multi-query attention") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.kv_heads = 1;
+    check_model("model (multi-query)", c);
+}
+TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu;
+    c.positions = Positions::rope, c.norm = Norm::post, c.enc_layers = c.dec_layers = 2;
+    check_model("model (today's blocks)", c);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Data
 // ---------------------------------------------------------------------------------------------
 
@@ -1047,9 +1234,13 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
 // runs only the newest token against the keys and values its cache kept, gives that row bit for bit (a
 // masked key adds an exact 0.0 to every sum). So at every position up to the first PAD the token greedy
 // chose is the argmax over every token but START (an input, never an output); after it, only PAD.
+// The same with rotary positions (the cache keeps turned keys; only the newest row turns), ALiBi (the newest
+// query's distances count from its own position) and multi-query attention (a cache of one K and V head).
 TEST_CASE("greedy_decode: output length, START first, each position the same as one causal pass") {
     DataConfig d = tiny_data();
-    ModelConfig c = tiny_model(d);
+    std::vector<ModelConfig> configs(4, tiny_model(d));
+    configs[1].positions = Positions::rope, configs[2].positions = Positions::alibi, configs[3].kv_heads = 1;
+    for (ModelConfig c : configs) {
     c.dec_layers = 2;
     Transformer model(c, 51);
     const std::vector<int> source = {5, 3, 1, PAD};
@@ -1069,6 +1260,7 @@ TEST_CASE("greedy_decode: output length, START first, each position the same as 
             bool ended = std::find(out.begin(), out.begin() + t, PAD) != out.begin() + t;
             CHECK(out[t] == (ended ? PAD : best));
         }
+    }
     }
 }
 

@@ -22,7 +22,7 @@ seconds_of() {  # how long a command takes, in seconds
   local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
   awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.2f", ns / 1e9 }'
 }
-moment() { awk -v span="$1" -v r="$RANDOM$RANDOM" 'BEGIN { srand(r); printf "%.3f", rand() * span }'; }
+moment() { awk -v span="$1" -v r=$((RANDOM * 32768 + RANDOM)) 'BEGIN { srand(r); printf "%.3f", rand() * span }'; }
 
 mkdir -p "$WORK/whole/svg"
 span=$(seconds_of "$BIN" "${RUN[@]}" --save "$WORK/whole/m.txt" --report "$WORK/whole/r.html" --svg "$WORK/whole/svg")

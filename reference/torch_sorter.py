@@ -65,10 +65,15 @@ class ModelConfig:  # struct ModelConfig
     enc_layers: int = 1
     dec_layers: int = 1
     norm: str = "pre"              # pre | post
-    positions: str = "sinusoidal"  # sinusoidal | learned | none (sorter's random the twin does not replay)
-    activation: str = "relu"       # relu | gelu
+    positions: str = "sinusoidal"  # sinusoidal | learned | none | rope | alibi (not sorter's random: see Embedding)
+    activation: str = "relu"       # relu | gelu | swiglu
     embed_scale: bool = True
     tie_embeddings: bool = False   # the output projection is the embedding table, transposed
+    rms_norm: bool = False         # RMSNorm in place of every LayerNorm
+    kv_heads: int = 0              # key-value heads (grouped-query attention); 0: n_heads
+
+    def key_value_heads(self):
+        return self.kv_heads or self.n_heads
 
 
 def xavier(rows, cols):
@@ -116,7 +121,8 @@ class Embedding:  # struct Embedding: X[t] = table[token_t] * scale + P[t]; one 
         self.position_rows()  # an unknown positions fails now, when the model is built
 
     def position_rows(self):  # (max_len, d_model), or None: with no positions the model sees a bag of tokens
-        return choose("positions", self.positions, {"sinusoidal": self.fixed, "learned": self.learned, "none": None})
+        return choose("positions", self.positions, {"sinusoidal": self.fixed, "learned": self.learned, "none": None,
+                                                    "rope": None, "alibi": None})  # those two act in attention
 
     def __call__(self, tokens):  # tokens (B, T) -> X (B, T, d_model)
         X = self.table[tokens] * self.scale  # indexing is a gather; autograd scatter-adds it back
@@ -134,30 +140,66 @@ def causal_allowed(T):
     return torch.ones(T, T, dtype=torch.bool).tril()
 
 
-def attention(Q, K, V, allowed, keep=None):  # attention(): O = softmax(Q K^T / sqrt(d_k), blocked = -1e9) V
+def attention(Q, K, V, allowed, keep=None, bias=None):  # attention(): O = softmax(Q K^T / sqrt(d_k), blocked) V
     """Q (B, n_heads, T, d_k), K and V (B, n_heads, S, d_k), allowed broadcast to (B, n_heads, T, S) or None.
     keep (B, n_heads, T, S): attention dropout's factors, sorter's own masks replayed, or None.
+    bias (n_heads, T, S): ALiBi's, added to the scores before the mask, or None.
     Returns O (B, n_heads, T, d_k)."""
     scores = (Q @ K.transpose(-2, -1)) * (1.0 / math.sqrt(Q.shape[-1]))  # (B, n_heads, T, S)
+    if bias is not None:
+        scores = scores + bias
     if allowed is not None:
         scores = scores.masked_fill(~allowed, MASKED)  # replaced, not added: the C++ rule
     P = torch.softmax(scores, dim=-1)
     return (P if keep is None else P * keep) @ V
 
 
-class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_heads slices of d_k columns, join, W_o
-    def __init__(self, c):
-        self.n_heads, self.d_k = c.n_heads, c.d_model // c.n_heads
-        self.W_q, self.W_k, self.W_v, self.W_o = (Linear(c.d_model, c.d_model, bias=False) for _ in range(4))
-        self.keep = None  # attention dropout's factors (B, n_heads, T, S) for one replayed step, or None
+def rotate_pairs(X, sign=1.0):  # rotate_pairs(): X (B, heads, L, d_k), position t = its index along L
+    """Each head's columns in pairs (2i, 2i+1) turned by the angle t / 10000^(2i / d_k): the RoFormer pairing."""
+    B, H, L, d_k = X.shape
+    t = torch.arange(L, dtype=X.dtype)[:, None]
+    i = torch.arange(d_k // 2, dtype=X.dtype)[None, :]
+    angle = sign * t / torch.pow(torch.tensor(10000.0, dtype=X.dtype), 2.0 * i / d_k)  # (L, d_k / 2)
+    a, b = X[..., 0::2], X[..., 1::2]
+    turned = torch.stack([a * torch.cos(angle) - b * torch.sin(angle), a * torch.sin(angle) + b * torch.cos(angle)],
+                         dim=-1)  # (B, H, L, d_k / 2, 2): the pairs side by side again
+    return turned.flatten(-2)
 
-    def split(self, x):  # (B, L, d_model) -> (B, n_heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
+
+def alibi_slopes_of(n):  # alibi_slopes_of(): the paper's geometric slopes, one a head
+    n0 = 1 << (n.bit_length() - 1)  # the largest power of two up to n
+    return ([2.0 ** (-8.0 * h / n0) for h in range(1, n0 + 1)] +
+            [2.0 ** (-4.0 * h / n0) for h in range(1, 2 * (n - n0), 2)])
+
+
+class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_heads slices of d_k columns, join, W_o
+    def __init__(self, c, self_attention=False):
+        self.n_heads, self.kv_heads, self.d_k = c.n_heads, c.key_value_heads(), c.d_model // c.n_heads
+        self.W_q = Linear(c.d_model, c.d_model, bias=False)
+        self.W_k = Linear(c.d_model, self.kv_heads * self.d_k, bias=False)  # grouped-query: kv_heads heads
+        self.W_v = Linear(c.d_model, self.kv_heads * self.d_k, bias=False)
+        self.W_o = Linear(c.d_model, c.d_model, bias=False)
+        self.keep = None  # attention dropout's factors (B, n_heads, T, S) for one replayed step, or None
+        self.rotary = self_attention and c.positions == "rope"
+        self.slopes = torch.tensor(alibi_slopes_of(c.n_heads)) if self_attention and c.positions == "alibi" else None
+
+    def split(self, x, heads):  # (B, L, heads d_k) -> (B, heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
         B, L, _ = x.shape
-        return x.view(B, L, self.n_heads, self.d_k).transpose(1, 2)
+        return x.view(B, L, heads, self.d_k).transpose(1, 2)
 
     def __call__(self, x_q, x_kv, allowed):  # x_q (B, T, d_model), x_kv (B, S, d_model) -> (B, T, d_model)
-        Q, K, V = self.split(self.W_q(x_q)), self.split(self.W_k(x_kv)), self.split(self.W_v(x_kv))
-        O = attention(Q, K, V, allowed, self.keep)       # (B, n_heads, T, d_k)
+        group = self.n_heads // self.kv_heads  # each K, V head serves `group` query heads, in order
+        Q = self.split(self.W_q(x_q), self.n_heads)
+        K = self.split(self.W_k(x_kv), self.kv_heads).repeat_interleave(group, dim=1)  # autograd sums the copies
+        V = self.split(self.W_v(x_kv), self.kv_heads).repeat_interleave(group, dim=1)
+        if self.rotary:
+            Q, K = rotate_pairs(Q), rotate_pairs(K)
+        bias = None
+        if self.slopes is not None:  # -slope_h |i - j|: two-sided in the encoder, causal (masked) in the decoder
+            T, S = x_q.shape[1], x_kv.shape[1]
+            distance = (torch.arange(T)[:, None] - torch.arange(S)[None, :]).abs().to(x_q.dtype)
+            bias = -self.slopes.to(x_q.dtype)[:, None, None] * distance  # (n_heads, T, S)
+        O = attention(Q, K, V, allowed, self.keep, bias)  # (B, n_heads, T, d_k)
         joined = O.transpose(1, 2).reshape(x_q.shape)    # (B, T, d_model): the heads side by side again
         return self.W_o(joined)
 
@@ -166,34 +208,42 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
 
 
 class LayerNorm:  # struct LayerNorm: y = gamma (x - mean) / sqrt(var + eps) + beta, biased var, per row
-    def __init__(self, d_model):
-        self.gamma = constant(1, d_model, 1.0)  # (1, d_model)
-        self.beta = constant(1, d_model, 0.0)   # (1, d_model)
+    def __init__(self, d_model, rms=False):  # rms: RMSNorm, y = gamma x / sqrt(mean(x^2) + eps), no beta
+        self.gamma = constant(1, d_model, 1.0)                    # (1, d_model)
+        self.beta = None if rms else constant(1, d_model, 0.0)    # (1, d_model)
 
     def __call__(self, x):  # x (..., d_model) -> same shape; torch's layer_norm uses the biased variance too
+        if self.beta is None:  # written out: older torch has no F.rms_norm
+            return self.gamma[0] * x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + LAYER_NORM_EPS)
         return F.layer_norm(x, x.shape[-1:], self.gamma[0], self.beta[0], eps=LAYER_NORM_EPS)
 
     def params(self, name):
-        return [(f"{name}.gamma", self.gamma), (f"{name}.beta", self.beta)]
+        return [(f"{name}.gamma", self.gamma)] + ([(f"{name}.beta", self.beta)] if self.beta is not None else [])
 
 
-class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act ReLU or exact GELU
+class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act ReLU or exact GELU; or SwiGLU
     def __init__(self, c):
-        self.layer1 = Linear(c.d_model, c.d_ff, bias=True)  # (d_model -> d_ff)
-        self.layer2 = Linear(c.d_ff, c.d_model, bias=True)  # (d_ff -> d_model)
-        self.act = choose("activation", c.activation, {"relu": torch.relu, "gelu": F.gelu})  # F.gelu: x Phi(x), no tanh
+        self.swiglu = choose("activation", c.activation, {"relu": False, "gelu": False, "swiglu": True})
+        hidden = (2 * c.d_ff + 1) // 3 if self.swiglu else c.d_ff  # hidden_width(): 2 d_ff / 3 for SwiGLU
+        self.layer1 = Linear(c.d_model, hidden, bias=True)  # (d_model -> hidden)
+        self.layer2 = Linear(hidden, c.d_model, bias=True)  # (hidden -> d_model)
+        self.layer3 = Linear(c.d_model, hidden, bias=True) if self.swiglu else None  # SwiGLU's partner
+        self.act = {"relu": torch.relu, "gelu": F.gelu, "swiglu": F.silu}[c.activation]  # F.gelu: x Phi(x), no tanh
 
-    def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., d_ff)
+    def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., hidden)
+        if self.swiglu:
+            return self.layer2(F.silu(self.layer1(x)) * self.layer3(x))
         return self.layer2(self.act(self.layer1(x)))
 
     def params(self, name):
-        return [(f"{name}.W_1", self.layer1.W), (f"{name}.b_1", self.layer1.b),
-                (f"{name}.W_2", self.layer2.W), (f"{name}.b_2", self.layer2.b)]
+        p = [(f"{name}.W_1", self.layer1.W), (f"{name}.b_1", self.layer1.b),
+             (f"{name}.W_2", self.layer2.W), (f"{name}.b_2", self.layer2.b)]
+        return p + ([(f"{name}.W_3", self.layer3.W), (f"{name}.b_3", self.layer3.b)] if self.swiglu else [])
 
 
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
     def __init__(self, c):
-        self.norm = LayerNorm(c.d_model)
+        self.norm = LayerNorm(c.d_model, c.rms_norm)
         self.pre = choose("norm", c.norm, {"pre": True, "post": False})
         self.keep = None  # residual dropout's factors (B, L, d_model) for one replayed step, or None
 
@@ -208,7 +258,7 @@ class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x)
 class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  x, out (B, S, d_model)
     def __init__(self, c):
         self.attn_sub, self.ffn_sub = Sublayer(c), Sublayer(c)
-        self.self_attn = MultiHeadAttention(c)
+        self.self_attn = MultiHeadAttention(c, self_attention=True)
         self.ffn = FeedForward(c)
 
     def __call__(self, x, src_allowed):
@@ -224,7 +274,7 @@ class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  
 class DecoderBlock:  # struct DecoderBlock: causal self-attention, cross-attention, feed-forward.  y (B, T, d_model)
     def __init__(self, c):
         self.self_sub, self.cross_sub, self.ffn_sub = Sublayer(c), Sublayer(c), Sublayer(c)
-        self.self_attn, self.cross_attn = MultiHeadAttention(c), MultiHeadAttention(c)
+        self.self_attn, self.cross_attn = MultiHeadAttention(c, self_attention=True), MultiHeadAttention(c)
         self.ffn = FeedForward(c)
 
     def __call__(self, y, memory, causal, memory_allowed):  # memory (B, S, d_model)
@@ -245,7 +295,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.embed = Embedding(c)
         self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
-        self.final_norm = LayerNorm(c.d_model)
+        self.final_norm = LayerNorm(c.d_model, c.rms_norm)
         self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
         self.keep = {}  # dropout's factors by sorter's names, for one replayed step (replay_masks)
         if c.tie_embeddings:  # output(): logits = h table^T + b; autograd sums the table's three uses
@@ -425,8 +475,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 5 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 6 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -456,7 +506,9 @@ def config_from_header(h):
                        n_heads=int(h["n_heads"]), d_ff=int(h["d_ff"]), enc_layers=int(h["enc_layers"]),
                        dec_layers=int(h["dec_layers"]), norm=h["norm"], positions=h["positions"],
                        activation=h["activation"], embed_scale=choose("embed_scale", h["embed_scale"], ZERO_ONE),
-                       tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE))  # 0 before v3
+                       tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE),  # 0 before v3
+                       rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
+                       kv_heads=int(h.get("kv_heads", h["n_heads"])))
 
 
 def model_from_checkpoint(ck):
@@ -550,6 +602,15 @@ VARIANTS = [  # (name, sorter flags)
     ("adamw (adam, decay 0.5)", ["--optimizer", "adam", "--weight-decay", "0.5"]),
     ("combined", ["--norm", "post", "--pos", "learned", "--act", "gelu", "--d-model", "8", "--heads", "4",
                   "--seq-len", "7", "--min-len", "3", "--max-digit", "5"]),
+    ("rmsnorm", ["--rmsnorm"]),
+    ("rmsnorm, post-norm", ["--rmsnorm", "--norm", "post"]),
+    ("swiglu", ["--act", "swiglu"]),
+    ("rope", ["--pos", "rope", "--min-len", "2"]),
+    ("alibi (3 heads)", ["--pos", "alibi", "--heads", "3", "--d-model", "18", "--min-len", "2"]),
+    ("gqa (4 heads on 2)", ["--heads", "4", "--kv-heads", "2"]),
+    ("multi-query (4 on 1)", ["--heads", "4", "--kv-heads", "1"]),
+    ("today's blocks, 2+2", ["--rmsnorm", "--act", "swiglu", "--pos", "rope", "--heads", "4", "--kv-heads", "2",
+                             "--enc-layers", "2", "--dec-layers", "2", "--dropout", "0.1", "--min-len", "3"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam

@@ -93,6 +93,12 @@ inline const std::vector<SettingRow>& header_table() {
         whole_setting("tie_embeddings", 3, 0, 1, &M::tie_embeddings),
         number_setting("dropout", 3, 0, MAX_FRACTION, &M::dropout),
         number_setting("attn_dropout", 3, 0, MAX_FRACTION, &M::attn_dropout),
+        whole_setting("rms_norm", 6, 0, 1, &M::rms_norm),
+        {"kv_heads", 6, [](const Settings& s) { return std::to_string(s.model.key_value_heads()); },
+         [](Settings& s, WordReader& r) {  // n_heads is read: as many is multi-head attention, kept as 0
+             s.model.kv_heads = int(r.whole("kv_heads", 1, MAX_HEADS));
+             if (s.model.kv_heads == s.model.n_heads) s.model.kv_heads = 0;
+         }},
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),
@@ -143,12 +149,19 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
     for (int r = 0; r < m.rows; r++)
         for (int c = 0; c < m.cols; c++) std::fprintf(f, "%.17g%c", m.at(r, c), c + 1 == m.cols ? '\n' : ' ');
 }
-// The version written; versions 1 to it are read. A new row takes the next version, and this follows it
-// (a test checks that the newest row's version is this one).
-constexpr int CHECKPOINT_VERSION = 5;
+// The newest version; versions 1 to it are read. A new row takes the next version, and this follows it
+// (a test checks that the newest row's version is this one). A model of the 2017 paper's blocks is written as
+// version 5, the same bytes as before today's blocks came; a model that uses one of them, as version 6, whose
+// header adds their lines (rms_norm, kv_heads) and whose choices may name rope, alibi or swiglu.
+constexpr int CHECKPOINT_VERSION = 6;
+inline int version_for(const ModelConfig& c) {
+    bool todays = c.rms_norm || c.key_value_heads() != c.n_heads || c.positions == Positions::rope ||
+                  c.positions == Positions::alibi || c.activation == Activation::swiglu;
+    return todays ? 6 : 5;
+}
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
-    const int version = CHECKPOINT_VERSION;
+    const int version = version_for(model.config);
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
     s.planned_steps = origin.planned_steps;
@@ -195,7 +208,9 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
 // ---------------------------------------------------------------------------------------------
 // How many values a model of config c holds, known before it is built (tested against parameters()).
 inline long parameter_count(const ModelConfig& c) {
-    long d = c.d_model, ff = c.d_ff, vocab = c.vocab, norm = 2 * d, attention = 4 * d * d, ffn = 2 * d * ff + ff + d;
+    long d = c.d_model, ff = hidden_width(c), vocab = c.vocab, norm = c.rms_norm ? d : 2 * d;
+    long attention = 2 * d * d + 2 * d * (c.key_value_heads() * (d / c.n_heads));  // W_q, W_o; W_k, W_v
+    long ffn = (c.activation == Activation::swiglu ? 3 : 2) * d * ff + (c.activation == Activation::swiglu ? 2 : 1) * ff + d;
     long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
     return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
            norm + (c.tie_embeddings ? 0 : d * vocab) + vocab;
@@ -279,6 +294,10 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int versio
     std::string header = r.where + " header: ";  // two header values that disagree
     if (c.d_model % c.n_heads != 0)
         fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
+    if (c.n_heads % c.key_value_heads() != 0)
+        fail(header + fmt("kv_heads %d does not divide n_heads %d", c.key_value_heads(), c.n_heads));
+    if (c.positions == Positions::rope && (c.d_model / c.n_heads) % 2 != 0)
+        fail(header + fmt("positions rope needs an even d_k; d_model %d / n_heads %d is odd", c.d_model, c.n_heads));
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));

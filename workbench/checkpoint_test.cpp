@@ -47,6 +47,45 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     CHECK(read_all(again) == read_all(path));
 }
 
+// Today's blocks round-trip too (version 6): RMSNorm, SwiGLU, rotary positions or ALiBi and grouped-query
+// attention come back as they were, with the same bits and the same outputs; a header that breaks their rules
+// is refused with its reason.
+TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header is checked") {
+    for (Positions positions : {Positions::rope, Positions::alibi}) {
+        ModelConfig c;
+        DataConfig d;
+        small_trained_model(c, d);  // its sizes and data
+        c.kv_heads = 1, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = positions;
+        Transformer model(c, 3);
+        TempDir dir("todays");
+        std::string path = dir.file("model.txt");
+        save_kept(path, model, Kept{d});
+        const std::string text = read_all(path);
+        CHECK(text.rfind("sorter-checkpoint 6\n", 0) == 0);
+        CHECK(contains(text, "\nrms_norm 1\nkv_heads 1\n"));
+        Kept saved;
+        Transformer loaded = load_kept(path, saved);
+        CHECK((loaded.config.rms_norm && loaded.config.key_value_heads() == 1 && loaded.config.positions == positions &&
+               loaded.config.activation == Activation::swiglu));
+        Rng rng(12);
+        for (int n = 0; n < 10; n++) {
+            Example e = make_example(random_digits(rng, d), d);
+            Matrix la = model.forward({e.source}, {e.target_in}), lb = loaded.forward({e.source}, {e.target_in});
+            CHECK(std::memcmp(la.data.data(), lb.data.data(), la.data.size() * sizeof(double)) == 0);
+        }
+        std::string again = dir.file("again.txt");
+        save_kept(again, loaded, Kept{saved.data});
+        CHECK(read_all(again) == text);
+        if (positions != Positions::rope) continue;
+        CHECK(contains(load_error(replace_once(text, "kv_heads 1", "kv_heads 3")), "kv_heads 3 does not divide n_heads 2"));
+        CHECK(contains(load_error(replace_once(text, "rms_norm 1", "rms_norm 2")), "rms_norm 2"));
+        CHECK(contains(load_error(replace_once(replace_once(text, "n_heads 2", "n_heads 8"), "kv_heads 1", "kv_heads 8")),
+                       "positions rope needs an even d_k; d_model 8 / n_heads 8 is odd"));
+        CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 6", "sorter-checkpoint 5")),
+                       "expected 'task', found 'rms_norm'"));  // a version 5 file has no such line
+    }
+}
+
 // Training goes on from a checkpoint as if it had never stopped: 12 steps, saved, loaded, 12 more give
 // the same bits as 24 steps in one go, for each optimizer (constant rate: a schedule would see a longer
 // run). The checkpoint keeps the optimizer's update count and running means, and the training draws; with a
@@ -151,7 +190,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 7"), {"version 7", "1 to 5"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 7"), {"version 7", "1 to 6"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -267,10 +306,12 @@ TEST_CASE("checkpoint: a position table longer than the inputs (--test-len) roun
 // A header claiming the largest model the caps allow, and nothing after it, is refused before the
 // model is built; parameter_count, which that check uses, agrees with the model's own parameter list.
 TEST_CASE("checkpoint: a header too big for its file is refused before allocating") {
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 7; variant++) {
         ModelConfig c = small_model(few_digits());
         c.positions = variant == 1 ? Positions::learned : Positions::sinusoidal;
         c.tie_embeddings = variant == 3;
+        c.rms_norm = variant == 4 || variant == 6, c.activation = variant >= 5 ? Activation::swiglu : Activation::relu;
+        c.kv_heads = variant == 6 ? 1 : 0;  // today's blocks change the count: one norm vector, three matrices, K V
         c.enc_layers = 1 + variant % 3, c.dec_layers = 3 - variant % 3, c.d_ff = 5 + variant, c.vocab = 7 + variant;
         Transformer model(c, 1);
         long values = 0;
@@ -366,8 +407,9 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
     CHECK(dir.listing().empty());
 }
 
-// A new setting is one row of a table, with the version that first writes it; the version written follows the
+// A new setting is one row of a table, with the version that first writes it; the newest version follows the
 // newest row, or that row would never be written (and a file of the version before would be read as lacking it).
+// A model of the 2017 paper's blocks writes version 5, without version 6's lines; one of today's, every line.
 TEST_CASE("checkpoint: the version written is the newest row's") {
     int newest = 0;
     for (const auto* table : {&header_table(), &training_table()})
@@ -377,6 +419,13 @@ TEST_CASE("checkpoint: the version written is the newest row's") {
     DataConfig d;
     Transformer model = small_trained_model(c, d);
     const std::string text = checkpoint_text(model, Kept(d));
+    CHECK(text.rfind("sorter-checkpoint 5\n", 0) == 0);  // the 2017 paper's blocks: the file as before today's came
     for (const auto* table : {&header_table(), &training_table()})
-        for (const SettingRow& row : *table) CHECK(contains(text, "\n" + row.name + " "));  // every row, written
+        for (const SettingRow& row : *table) CHECK(contains(text, "\n" + row.name + " ") == (row.version <= 5));
+    c.rms_norm = true;  // one of today's blocks: version 6, and every row
+    Transformer todays(c, 3);
+    const std::string newest_text = checkpoint_text(todays, Kept(d));
+    CHECK(newest_text.rfind("sorter-checkpoint 6\n", 0) == 0);
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) CHECK(contains(newest_text, "\n" + row.name + " "));
 }

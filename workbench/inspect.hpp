@@ -19,24 +19,45 @@ inline std::string weight_shapes(const Linear& l) { return shape_text(l.W.value)
 inline void trace_attention(const MultiHeadAttention& m, const std::string& Q, const std::string& K,
                             const std::string& q_in, const std::string& kv) {
     const AttentionCache& h = m.heads[0];
+    const bool grouped = m.kv_heads < m.n_heads;  // K and V are kv_heads d_k wide (grouped-query attention)
+    const std::string kv_width = grouped ? "kv_heads d_k" : "d_model";
     shape_line("queries read " + q_in, "(n_seq " + Q + ", d_model)", shape_text(m.W_q.x));
     shape_line("keys and values read " + kv, "(n_seq " + K + ", d_model)", shape_text(m.W_k.x));
-    shape_line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
+    if (grouped) {
+        shape_line("W_q", "(d_model, d_model)", shape_text(m.W_q.W.value));
+        shape_line(fmt("W_k, W_v (each; %d key-value heads)", m.kv_heads), "(d_model, kv_heads d_k)",
+                   shape_text(m.W_k.W.value));
+    } else {
+        shape_line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
+    }
     shape_line("Q = " + q_in + " W_q", "(n_seq " + Q + ", d_model)", product_shape(m.W_q));
-    shape_line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", d_model)", product_shape(m.W_k));
+    shape_line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", " + kv_width + ")", product_shape(m.W_k));
+    if (m.rotary) shape_line("Q, K turned by position, pairs of columns (rotary)", "as Q, K", "as Q, K");
     shape_line("one sequence's head: Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
-    shape_line("one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
-    shape_line("P_h = softmax(masked(Q_h K_h^T / sqrt(d_k)))", "(" + Q + ", " + K + ")", shape_text(h.P));
+    shape_line(grouped ? fmt("one sequence's head: K_h, V_h (one for %d heads)", m.n_heads / m.kv_heads)
+                       : "one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
+    shape_line(m.alibi_slopes.empty() ? "P_h = softmax(masked(Q_h K_h^T / sqrt(d_k)))"
+                                      : "P_h = softmax(masked(Q_h K_h^T/sqrt(d_k) - ALiBi))",
+               "(" + Q + ", " + K + ")", shape_text(h.P));
     shape_line("P_h V_h", "(" + Q + ", d_k)", shape_text(h.P.rows, h.V.cols));
     shape_line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(m.W_o.x));
     shape_line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", product_shape(m.W_o));
 }
 inline void trace_feed_forward(const FeedForward& f, const std::string& N, const std::string& in) {
+    const bool swiglu = f.activation == Activation::swiglu;
+    const std::string ff = swiglu ? "d_h" : "d_ff";  // SwiGLU's hidden width d_h is 2 d_ff / 3 (hidden_width)
     shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.layer1.x));
-    shape_line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weight_shapes(f.layer1));
-    shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", d_ff)", shape_text(f.hidden));
-    shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
-    shape_line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weight_shapes(f.layer2));
+    shape_line(swiglu ? "W_1, b_1 (the gate)" : "W_1, b_1", "(d_model, " + ff + "), (1, " + ff + ")",
+               weight_shapes(f.layer1));
+    shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", " + ff + ")", shape_text(f.hidden));
+    if (swiglu) {
+        shape_line("W_3, b_3 (the partner)", "(d_model, " + ff + "), (1, " + ff + ")", weight_shapes(f.layer3));
+        shape_line("partner = " + in + " W_3 + b_3", "(n_seq " + N + ", " + ff + ")", shape_text(f.partner));
+        shape_line("act = silu(hidden) * partner", "(n_seq " + N + ", " + ff + ")", shape_text(f.layer2.x));
+    } else {
+        shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
+    }
+    shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(f.layer2));
     shape_line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
                product_shape(f.layer2));
 }
@@ -60,9 +81,12 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
     Matrix logits = model.forward(in.sources, in.targets_in);
     std::size_t n_seq = batch.size(), S = in.sources[0].size(), T = in.targets_in[0].size();
     std::printf("--- shapes on one forward pass of a training batch ---\n");
-    std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d\n\n",
-                n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab);
-    const std::string x_in = c.norm == Norm::pre ? "LN(x)" : "x", y_in = c.norm == Norm::pre ? "LN(y)" : "y";
+    std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d%s\n\n",
+                n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab,
+                c.activation == Activation::swiglu ? fmt(", d_h = 2 d_ff / 3 = %d", hidden_width(c)).c_str() : "");
+    if (c.positions == Positions::alibi) std::printf("ALiBi: head h's scores minus m_h |i - j|, m_h its slope\n\n");
+    const std::string norm = c.rms_norm ? "RMS" : "LN";  // RMSNorm or LayerNorm
+    const std::string x_in = c.norm == Norm::pre ? norm + "(x)" : "x", y_in = c.norm == Norm::pre ? norm + "(y)" : "y";
     std::printf("  %-50s %-30s %s\nencoder input\n", "tensor", "legend", "this run");
     shape_line("source tokens", "(n_seq, S)", fmt("(%zu, %zu)", n_seq, S));
     shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
@@ -80,14 +104,22 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
                shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in);
     std::printf("output\n");
-    shape_line("final LayerNorm", "(n_seq T, d_model)", shape_text(model.final_norm.x_hat));
+    shape_line(c.rms_norm ? "final RMSNorm" : "final LayerNorm", "(n_seq T, d_model)",
+               shape_text(model.final_norm.x_hat));
     if (c.tie_embeddings) {
         shape_line("W_out = table^T (tied), b_out", "(d_model, vocab), (1, vocab)",
                    fmt("(%d, %d), ", c.d_model, c.vocab) + shape_text(model.out.b.value));
     } else {
         shape_line("W_out, b_out", "(d_model, vocab), (1, vocab)", weight_shapes(model.out));
     }
-    shape_line("logits = LN(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
+    shape_line("logits = " + norm + "(y) W_out + b_out", "(n_seq T, vocab)", shape_text(logits));
+    if (c.key_value_heads() < c.n_heads) {  // what decoding keeps a layer: kv_heads of n_heads heads' K and V
+        std::printf("decoding cache, each decoder layer (grouped-query: %d of %d heads' keys and values)\n",
+                    c.key_value_heads(), c.n_heads);
+        const int width = c.key_value_heads() * (c.d_model / c.n_heads);
+        shape_line("self-attention K, V (each), after t tokens", "(n_seq t, kv_heads d_k)", fmt("(%zu t, %d)", n_seq, width));
+        shape_line("cross-attention K, V (each)", "(n_seq S, kv_heads d_k)", fmt("(%zu, %d)", n_seq * S, width));
+    }
 }
 
 // Parameter counts by block: "encoder.0.self_attn.W_q" counts for encoder.0, and inside it for self_attn.
@@ -100,7 +132,9 @@ inline void print_params(Transformer& model) {
         bool layered = name.rfind("encoder.", 0) == 0 || name.rfind("decoder.", 0) == 0;
         std::size_t end = name.find('.', layered ? name.find('.') + 1 : 0);
         std::string block = name.substr(0, end), rest = name.substr(end + 1);
-        std::string part = !layered ? rest : rest.rfind("norm", 0) == 0 ? "LayerNorms" : rest.substr(0, rest.find('.'));
+        std::string part = !layered                     ? rest
+                           : rest.rfind("norm", 0) == 0 ? (c.rms_norm ? "RMSNorms" : "LayerNorms")
+                                                        : rest.substr(0, rest.find('.'));
         long n = long(p->value.data.size());
         if (groups.empty() || groups.back().block != block) groups.push_back({block, 0, {}});
         Group& g = groups.back();
@@ -120,6 +154,15 @@ inline void print_params(Transformer& model) {
     if (c.tie_embeddings)
         std::printf("  (tied: out.W is embed.table transposed, so %d x %d = %d weights fewer)\n", c.d_model, c.vocab,
                     c.d_model * c.vocab);
+    if (c.activation == Activation::swiglu)
+        std::printf("  (SwiGLU: each feed-forward has W_1, W_3 (%d, %d) and W_2 (%d, %d), hidden width 2 x %d / 3 = %d)\n",
+                    c.d_model, hidden_width(c), hidden_width(c), c.d_model, c.d_ff, hidden_width(c));
+    if (c.key_value_heads() < c.n_heads) {
+        const int d_k = c.d_model / c.n_heads, kv = c.key_value_heads() * d_k;
+        std::printf("  (grouped-query: W_k and W_v are (%d, %d), %d of %d heads, so each attention layer has %d weights "
+                    "fewer; decoding keeps %d numbers a token a layer for K and V, not %d)\n", c.d_model, kv,
+                    c.key_value_heads(), c.n_heads, 2 * c.d_model * (c.d_model - kv), 2 * kv, 2 * c.d_model);
+    }
 }
 
 // --inspect: what a trained model relies on, measured on the held-out set.
@@ -217,7 +260,7 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
     return inputs;
 }
 // The length lab on a loaded model (--load FILE --test-len N): the sinusoidal table is computed, so it is made N
-// rows long; a learned table, or random positions' rows, cannot reach past the rows the model trained with.
+// rows long (rotary positions and ALiBi compute theirs in attention); a learned table, or random positions' rows, cannot reach past the rows the model trained with.
 inline void reach_length(Transformer& model, int length, const std::string& load_path) {
     ModelConfig& c = model.config;
     if (length <= c.max_len) return;
@@ -225,6 +268,7 @@ inline void reach_length(Transformer& model, int length, const std::string& load
     switch (c.positions) {
     case Positions::sinusoidal:
     case Positions::none:
+    case Positions::rope: case Positions::alibi:  // computed in attention, at any position
         c.max_len = length;
         model.embed.fixed = sinusoidal_table(length, c.d_model);
         return;

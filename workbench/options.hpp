@@ -189,9 +189,19 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_NAMES, true,
                         &M::norm),
             choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from " +
-                        std::to_string(RANDOM_POSITION_SPAN) + " x the "
-                        "longest input (Ruoss et al. 2023)", POSITION_NAMES, true, &M::positions),
-            choice_flag("--act", "feed-forward activation", ACTIVATION_NAMES, true, &M::activation),
+                        std::to_string(RANDOM_POSITION_SPAN) + " x the longest input (Ruoss et al. 2023); rope: "
+                        "rotary, queries and keys turned by position in self-attention (Su et al. 2021); alibi: "
+                        "self-attention scores lowered by distance, a slope a head (Press et al. 2022)",
+                        POSITION_NAMES, true, &M::positions),
+            choice_flag("--act", "feed-forward activation; swiglu: silu(x W_1) * (x W_3), then W_2, hidden width 2 "
+                        "d_ff / 3 so the parameters stay as many (Shazeer 2020)", ACTIVATION_NAMES, true,
+                        &M::activation),
+            switch_flag("--rmsnorm", "RMSNorm in place of every LayerNorm: no mean taken out, no beta (Zhang & "
+                        "Sennrich 2019)", true, true, &M::rms_norm),
+            {"--kv-heads", "N", "grouped-query attention: N key-value heads, each shared by heads / N query heads; "
+             "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
+             [](O& o, Args& a) { o.model.kv_heads = int(a.whole(1, MAX_HEADS)); },
+             [](const O& o) { return o.model.kv_heads == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads); }},
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
@@ -328,6 +338,13 @@ inline Options parse_options(int argc, char** argv) {
     if (m.d_model % m.n_heads != 0)
         fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
                  m.d_model));
+    if (m.kv_heads > 0 && m.n_heads % m.kv_heads != 0)
+        fail(fmt("--kv-heads %d with --heads %d: each key-value head serves the same number of query heads, so it must "
+                 "divide the heads", m.kv_heads, m.n_heads));
+    if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
+    if (m.positions == Positions::rope && (m.d_model / m.n_heads) % 2 != 0)
+        fail(fmt("--pos rope turns each head's columns in pairs: d_k = d_model / heads = %d / %d = %d is odd; choose "
+                 "an even d_k", m.d_model, m.n_heads, m.d_model / m.n_heads));
     if (!was_given("--lr"))
         o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)

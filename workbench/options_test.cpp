@@ -60,6 +60,14 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         {{"--load", "m.txt", "--d-model", "8"}, {"--d-model", "--load m.txt"}},
         {{"--load", "m.txt", "--batch", "8"}, {"--batch", "--load m.txt"}},
         {{"--load", "m.txt", "--no-embed-scale"}, {"--no-embed-scale", "--load"}},
+        {{"--kv-heads", "0"}, {"--kv-heads 0", "from 1 to 64"}},
+        {{"--heads", "4", "--kv-heads", "3"}, {"--kv-heads 3 with --heads 4", "must divide the heads"}},
+        {{"--kv-heads", "4"}, {"--kv-heads 4 with --heads 2"}},
+        {{"--pos", "rope", "--d-model", "6", "--heads", "2"}, {"--pos rope", "d_k = d_model / heads = 6 / 2 = 3 is odd"}},
+        {{"--load", "m.txt", "--rmsnorm"}, {"--rmsnorm", "--load m.txt"}},
+        {{"--load", "m.txt", "--kv-heads", "1"}, {"--kv-heads", "--load m.txt"}},
+        {{"--save-every", "5"}, {"--save-every 5", "add --save FILE"}},
+        {{"--finish"}, {"--finish", "add --load FILE"}},
     };
     for (const Case& c : cases) {
         std::string message = parse_error(c.args);

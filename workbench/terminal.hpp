@@ -111,6 +111,27 @@ inline void print_attention(const std::vector<AttentionMap>& maps, bool numbers)
 inline void print_positions(Transformer& model, bool numbers) {
     const Matrix* table = model.embed.position_table();
     std::printf("--- positional encoding (%s) ---\n", POSITION_NAMES[int(model.config.positions)].c_str());
+    const ModelConfig& c = model.config;
+    const int d_k = c.d_model / c.n_heads;
+    if (c.positions == Positions::rope) {  // the turns' cosines: the sinusoidal table's clocks, per head
+        Matrix turns(c.max_len, d_k / 2);
+        for (int pos = 0; pos < turns.rows; pos++)
+            for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = std::cos(pos / std::pow(10000.0, 2.0 * i / d_k));
+        std::printf("rope: nothing is added to the embeddings; self-attention turns each head's query and key columns "
+                    "in pairs (2i, 2i+1) by the angle pos / 10000^(2i / d_k), d_k = %d. Below, the cosine of each "
+                    "turn; shades '%s' run from -1 to 1\n\n", d_k, SHADES);
+        print_heatmap("position x pair i", turns, index_labels(turns.rows), index_labels(turns.cols), -1.0, 1.0,
+                      numbers);
+        return;
+    }
+    if (c.positions == Positions::alibi) {
+        std::printf("alibi: nothing is added to the embeddings; self-attention lowers head h's score of query i for key "
+                    "j by m_h |i - j|. The slopes:");
+        std::vector<double> slopes = alibi_slopes_of(c.n_heads);
+        for (int h = 0; h < c.n_heads; h++) std::printf("%s head %d %g", h ? "," : "", h, slopes[h]);
+        std::printf("\n");
+        return;
+    }
     if (!table) {
         std::printf("none: with --pos none the model adds nothing, so it sees its input as a bag of tokens\n");
         return;

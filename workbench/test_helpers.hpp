@@ -153,11 +153,12 @@ inline std::string replace_once(std::string text, const std::string& from, const
 // A checkpoint as an older version wrote it (2 or 3, and for 3 with a regulariser on): the version line, and
 // without the lines whose first version is later (the tables' rows say which).
 inline std::string as_version(const std::string& text, int version) {
-    std::string older = replace_once(text, fmt("sorter-checkpoint %d\n", CHECKPOINT_VERSION),
+    const int written = std::atoi(text.c_str() + std::strlen("sorter-checkpoint "));
+    std::string older = replace_once(text, fmt("sorter-checkpoint %d\n", written),
                                      fmt("sorter-checkpoint %d\n", version));
     for (const auto* table : {&header_table(), &training_table()})
         for (const SettingRow& row : *table)
-            if (row.version > version) {
+            if (row.version > version && row.version <= written) {
                 std::size_t at = older.find("\n" + row.name + " ");
                 REQUIRE(at != std::string::npos);
                 older.erase(at + 1, older.find('\n', at + 1) - at);
