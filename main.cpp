@@ -63,9 +63,9 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
 // The line a loaded model starts with.
 inline std::string loaded_text(const Options& o, const TrainState& state) {
     const ModelConfig& c = o.model;
-    return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %d+%d, task %s, seq_len %d, min_len %d, max_digit %d; "
-               "seed %s, %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, c.enc_layers,
-               c.dec_layers, TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
+    return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %s, task %s, seq_len %d, min_len %d, max_digit %d; "
+               "seed %s, %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, layers_text(c).c_str(),
+               TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
                seed_text(o).c_str(), state.updates);
 }
 

@@ -32,9 +32,11 @@
 enum class Norm { pre, post };
 enum class Positions { sinusoidal, learned, none, random, rope, alibi };
 enum class Activation { relu, gelu, swiglu };
+enum class Arch { encoder_decoder, decoder_only };
 const std::vector<std::string> NORM_NAMES = {"pre", "post"};
 const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
+const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
@@ -54,7 +56,17 @@ struct ModelConfig {
     bool rms_norm = false;        // RMSNorm in place of every LayerNorm (Llama's norm)
     int kv_heads = 0;             // key-value heads, dividing n_heads (grouped-query attention); 0: n_heads
     int key_value_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
+    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
 };
+// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
+// as one sequence, twice as long (every task's answer is as long as its input).
+inline int positions_read(const ModelConfig& c, int length) {
+    switch (c.arch) {
+    case Arch::encoder_decoder: return length;
+    case Arch::decoder_only: return 2 * length;
+    }
+    return length;  // not reached
+}
 
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
 
@@ -219,6 +231,19 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
     Matrix m(rows * int(sources.size()), int(sources[0].size()));
     for (int i = 0; i < m.rows; i++)
         for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / rows][j] == PAD ? 0.0 : 1.0;
+    return m;
+}
+
+// Decoder-only (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at
+// or before it (causal) and is not one of its source's PADs (the source's first S keys: padding).
+inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
+    Matrix m(rows * int(sources.size()), keys);
+    for (int i = 0; i < m.rows; i++)
+        for (int j = 0; j < keys; j++) {
+            const std::vector<int>& src = sources[i / rows];
+            bool pad = j < int(src.size()) && src[j] == PAD;
+            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
+        }
     return m;
 }
 
@@ -615,20 +640,25 @@ struct EncoderBlock {
 // ---------------------------------------------------------------------------------------------
 // Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
 //   y, out (n_seq T, d_model), memory (n_seq S, d_model)
+// A decoder-only model's block (GPT's) is this block without cross-attention: `cross` false.
 struct DecoderBlock {
+    bool cross = true;  // false in a decoder-only model: no memory to attend to
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
     FeedForward ffn;
 
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
-        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true), cross_attn(c, rng), ffn(c, rng) {}
-    void list_parameters(const std::string& name, ParamList& list) {
+        : cross(c.arch == Arch::encoder_decoder), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
+        if (cross) cross_attn = MultiHeadAttention(c, rng);
+        ffn = FeedForward(c, rng);
+    }
+    void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn
         self_sub.norm.list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
-        cross_sub.norm.list_parameters(name + ".norm2", list);
-        cross_attn.list_parameters(name + ".cross_attn", list);
-        ffn_sub.norm.list_parameters(name + ".norm3", list);
+        if (cross) cross_sub.norm.list_parameters(name + ".norm2", list);
+        if (cross) cross_attn.list_parameters(name + ".cross_attn", list);
+        ffn_sub.norm.list_parameters(name + (cross ? ".norm3" : ".norm2"), list);
         ffn.list_parameters(name + ".ffn", list);
     }
 
@@ -641,6 +671,7 @@ struct DecoderBlock {
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
+        if (!cross) return ffn_sub.forward(y1, [&](const Matrix& a) { return ffn.forward(a); });  // decoder-only
         Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) {
             return cross_attn.forward(a, memory, memory_mask, n_seq);
         });
@@ -648,10 +679,10 @@ struct DecoderBlock {
     }
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
-        // forward: out = ffn_sub.forward(y2, ffn)
+        // forward: out = ffn_sub.forward(y2, ffn)   (decoder-only: y1 in y2's place)
         Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
         // forward: y2 = cross_sub.forward(y1, cross-attention to the memory)
-        Matrix dy1 = cross_sub.backward(dy2, [&](const Matrix& d) {
+        Matrix dy1 = !cross ? dy2 : cross_sub.backward(dy2, [&](const Matrix& d) {
             Matrix d_queries(d.rows, d.cols);
             cross_attn.backward(d, d_queries, d_memory);  // the keys' and values' share goes to the memory
             return d_queries;
@@ -695,7 +726,7 @@ struct Transformer {
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model, c.rms_norm) {
         Rng rng(seed);
         embed = Embedding(c, rng);
-        for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);
+        for (int i = 0; i < c.enc_layers && c.arch == Arch::encoder_decoder; i++) encoder.emplace_back(c, rng);
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, true, rng);
         if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
@@ -703,14 +734,19 @@ struct Transformer {
         dropout_draws = Rng(rng.next());
     }
 
+    // Each source's L position rows (random positions: drawn in training, else from the source itself).
+    Batch rows_for(const Batch& srcs, int L) {
+        Batch rows;
+        for (const std::vector<int>& src : srcs) {
+            Rng own(hash_of(src));
+            rows.push_back(position_rows(L, config.max_len, config.positions, training ? position_draws : own));
+        }
+        return rows;
+    }
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
         int S = int(srcs[0].size());
-        source_rows.clear();
-        for (const std::vector<int>& src : srcs) {
-            Rng own(hash_of(src));
-            source_rows.push_back(position_rows(S, config.max_len, config.positions, training ? position_draws : own));
-        }
+        source_rows = rows_for(srcs, S);
         Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
         Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
         x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), source_keep);
@@ -718,7 +754,8 @@ struct Transformer {
         return x;
     }
     // Decoder token t reads position row t; with random positions, the row its source's token t read (every
-    // task's output is as long as its input), so both sides share one draw.
+    // task's output is as long as its input), so both sides share one draw. (Decoder-only: t counts from the
+    // sequence's start, and the rows are the whole sequence's.)
     int target_row(const std::vector<int>& rows_of_source, int t) const {
         return config.positions == Positions::random ? rows_of_source.at(t) : t;
     }
@@ -752,7 +789,31 @@ struct Transformer {
         matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
         return dh;
     }
-    Matrix forward(const Batch& srcs, const Batch& tgts_in) { return next_token_logits(tgts_in, encode(srcs), srcs); }
+    Matrix forward(const Batch& srcs, const Batch& tgts_in) {
+        switch (config.arch) {
+        case Arch::encoder_decoder: return next_token_logits(tgts_in, encode(srcs), srcs);
+        case Arch::decoder_only: return read_whole(srcs, tgts_in);
+        }
+        return Matrix();  // not reached
+    }
+    // Decoder-only (--arch decoder-only, GPT's shape): one causal stack reads each source, START and the answer so
+    // far as one sequence of L = S + T tokens at positions 0 .. L-1 (random positions: L rows drawn at once, kept in
+    // source_rows), its source's PADs hidden; the rows from START on (the last T) predict the answer, so the loss
+    // counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
+    Matrix read_whole(const Batch& srcs, const Batch& tgts_in) {
+        sources = srcs, targets_in = tgts_in;
+        const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
+        source_rows = rows_for(srcs, L);
+        Batch whole = srcs;  // n_seq x (L): source, then START and the answer so far
+        for (int e = 0; e < n_seq; e++) whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
+        Matrix x = embed.forward(concatenated(whole), concatenated(source_rows));  // (n_seq L, d_model)
+        x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), target_keep);
+        Matrix mask = causal_padding_mask(srcs, L, 0, L);  // (n_seq L, L)
+        for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+        Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
+        for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
+        return output(final_norm.forward(answer));
+    }
     static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
         for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());
@@ -763,6 +824,10 @@ struct Transformer {
     void backward(const Matrix& d_logits) {
         // forward: logits = output(final_norm.forward(y))
         Matrix dy = final_norm.backward(output_backward(d_logits));
+        if (config.arch == Arch::decoder_only) {  // one causal stack, no memory
+            read_whole_backward(dy);
+            return;
+        }
         // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
         int S = int(sources[0].size()), T = int(targets_in[0].size()), n_seq = int(sources.size());
         Matrix d_memory(n_seq * S, config.d_model);
@@ -778,6 +843,21 @@ struct Transformer {
         for (int e = 0; e < n_seq; e++) {
             embed.backward(targets_in[e], target_rows[e], take_block(dy, e * T, T, 0, config.d_model));
             embed.backward(sources[e], source_rows[e], take_block(dx, e * S, S, 0, config.d_model));
+        }
+    }
+
+    // Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
+    void read_whole_backward(const Matrix& d_answer) {
+        const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
+        Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
+        for (int e = 0; e < n_seq; e++) add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
+        Matrix unused;  // no memory
+        for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
+        dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))
+        for (int e = 0; e < n_seq; e++) {
+            std::vector<int> whole = sources[e];
+            whole.insert(whole.end(), targets_in[e].begin(), targets_in[e].end());
+            embed.backward(whole, source_rows[e], take_block(dx, e * L, L, 0, config.d_model));
         }
     }
 
@@ -808,48 +888,68 @@ struct DecodingCache {
     struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
     std::vector<Layer> layers;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
-    Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions)
-    int position = 0;                 // the position the next tokens take, 0 for START
+    Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions);
+                                      // decoder-only: n_seq x (2 S), the whole sequence's
+    int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
 };
 
-// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
-inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
-    DecodingCache cache;
-    Matrix memory = model.encode(sources);
-    cache.sources = sources, cache.source_rows = model.source_rows;
-    for (DecoderBlock& block : model.decoder)
-        cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
-                                block.cross_attn.W_v.forward(memory)});
-    return cache;
-}
-
-// DecoderBlock::forward for y (n_seq, d_model), one newest row a sequence at `position`, against what `kept`
-// holds. No causal mask: every kept key is at an earlier position, or this one. With rotary positions the kept
-// keys were turned at their own positions, so only the newest row turns.
-inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept,
+// DecoderBlock::forward for y (n_seq L, d_model), L newest rows a sequence from `position` on, against what `kept`
+// holds; self_mask (n_seq L, keys) hides what they may not see (empty: all). With rotary positions the kept keys
+// were turned at their own positions, so only the newest rows turn.
+inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept, const Matrix& self_mask,
                                  const Matrix& memory_mask, int n_seq, int position) {
     MultiHeadAttention& self = b.self_attn;
+    const int L = y.rows / n_seq;
     Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
-        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), 1, position), n_seq);  // each
-        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new one
-        return self.attend(self.turned(self.W_q.forward(a), 1, position), kept.self_K, kept.self_V, Matrix(), n_seq,
+        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), L, position), n_seq);  // each
+        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new ones
+        return self.attend(self.turned(self.W_q.forward(a), L, position), kept.self_K, kept.self_V, self_mask, n_seq,
                            position);
     });
+    if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
         return b.cross_attn.attend(b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq);
     });
     return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
 }
 
+// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
+// Decoder-only: run the sources through the stack once, keeping every layer's K and V; START comes next.
+inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
+    DecodingCache cache;
+    cache.sources = sources;
+    const int S = int(sources[0].size()), n_seq = int(sources.size());
+    if (model.config.arch == Arch::decoder_only) {
+        cache.source_rows = model.rows_for(sources, positions_read(model.config, S));
+        Transformer::Batch rows;  // the sources' own rows, the first S of each
+        for (const std::vector<int>& r : cache.source_rows) rows.push_back({r.begin(), r.begin() + S});
+        Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
+        Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
+        cache.layers.resize(model.decoder.size());
+        for (std::size_t i = 0; i < model.decoder.size(); i++)
+            x = decoder_block_next(model.decoder[i], x, cache.layers[i], mask, Matrix(), n_seq, 0);
+        cache.position = S;
+        return cache;
+    }
+    Matrix memory = model.encode(sources);
+    cache.source_rows = model.source_rows;
+    for (DecoderBlock& block : model.decoder)
+        cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
+                                block.cross_attn.W_v.forward(memory)});
+    return cache;
+}
+
 // The logits (n_seq, vocab) of the token after each sequence's newest (n_seq x (1)), at cache.position.
 inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
     const int n_seq = int(newest.size());
+    const bool whole = model.config.arch == Arch::decoder_only;
     std::vector<int> rows;  // the position row each newest token reads
     for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.source_rows[e], cache.position));
     Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
-    Matrix memory_mask = padding_mask(1, cache.sources);                     // (n_seq, S)
+    Matrix memory_mask = whole ? Matrix() : padding_mask(1, cache.sources);  // (n_seq, S)
+    Matrix self_mask = whole ? causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1) : Matrix();
     for (std::size_t i = 0; i < model.decoder.size(); i++)
-        y = decoder_block_next(model.decoder[i], y, cache.layers[i], memory_mask, n_seq, cache.position);
+        y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
     cache.position++;
     return model.output(model.final_norm.forward(y));
 }

@@ -1170,6 +1170,17 @@ TEST_CASE("gradient: whole model, multi-query attention") {
     c.kv_heads = 1;
     check_model("model (multi-query)", c);
 }
+// Decoder-only: one causal stack over source, START and answer; the loss reads the answer's rows only, and the
+// gradient flows back through the source's rows too (the answer attends to them). With every position kind.
+TEST_CASE("gradient: whole model, decoder-only, with each position kind") {
+    for (Positions positions : {Positions::sinusoidal, Positions::learned, Positions::none, Positions::random,
+                                Positions::rope, Positions::alibi}) {
+        ModelConfig c = tiny_model(tiny_data());
+        c.arch = Arch::decoder_only, c.enc_layers = 0, c.dec_layers = 2, c.positions = positions;
+        c.max_len = positions == Positions::random ? 24 : positions_read(c, tiny_data().seq_len);
+        check_model("model (decoder-only, " + POSITION_NAMES[int(positions)] + ")", c);
+    }
+}
 TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
     ModelConfig c = tiny_model(tiny_data());
     c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu;
@@ -1238,8 +1249,13 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
 // query's distances count from its own position) and multi-query attention (a cache of one K and V head).
 TEST_CASE("greedy_decode: output length, START first, each position the same as one causal pass") {
     DataConfig d = tiny_data();
-    std::vector<ModelConfig> configs(4, tiny_model(d));
+    std::vector<ModelConfig> configs(7, tiny_model(d));
     configs[1].positions = Positions::rope, configs[2].positions = Positions::alibi, configs[3].kv_heads = 1;
+    for (int k = 4; k < 7; k++) {  // decoder-only: the cache holds the source's keys, then the answer's
+        configs[k].arch = Arch::decoder_only, configs[k].enc_layers = 0;
+        configs[k].max_len = positions_read(configs[k], d.seq_len);
+    }
+    configs[5].positions = Positions::rope, configs[6].positions = Positions::alibi, configs[6].kv_heads = 1;
     for (ModelConfig c : configs) {
     c.dec_layers = 2;
     Transformer model(c, 51);

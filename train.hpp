@@ -72,7 +72,7 @@ inline int start_token(int vocab) { return vocab - 1; }
 // and 4 times longer for random positions: options.hpp); its other sizes are free choices.
 inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
     m.vocab = vocab_size(d);
-    m.max_len = d.seq_len;
+    m.max_len = positions_read(m, d.seq_len);  // decoder-only: source and answer, one sequence
     return m;
 }
 

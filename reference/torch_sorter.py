@@ -71,6 +71,7 @@ class ModelConfig:  # struct ModelConfig
     tie_embeddings: bool = False   # the output projection is the embedding table, transposed
     rms_norm: bool = False         # RMSNorm in place of every LayerNorm
     kv_heads: int = 0              # key-value heads (grouped-query attention); 0: n_heads
+    arch: str = "encoder-decoder"  # encoder-decoder | decoder-only
 
     def key_value_heads(self):
         return self.kv_heads or self.n_heads
@@ -272,18 +273,25 @@ class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  
 
 
 class DecoderBlock:  # struct DecoderBlock: causal self-attention, cross-attention, feed-forward.  y (B, T, d_model)
-    def __init__(self, c):
+    def __init__(self, c):  # decoder-only: no cross-attention (cross False)
+        self.cross = choose("arch", c.arch, {"encoder-decoder": True, "decoder-only": False})
         self.self_sub, self.cross_sub, self.ffn_sub = Sublayer(c), Sublayer(c), Sublayer(c)
-        self.self_attn, self.cross_attn = MultiHeadAttention(c, self_attention=True), MultiHeadAttention(c)
+        self.self_attn = MultiHeadAttention(c, self_attention=True)
+        self.cross_attn = MultiHeadAttention(c) if self.cross else None
         self.ffn = FeedForward(c)
 
-    def __call__(self, y, memory, causal, memory_allowed):  # memory (B, S, d_model)
+    def __call__(self, y, memory, causal, memory_allowed):  # memory (B, S, d_model), or None
         a = self.self_sub.input(y)
         y1 = self.self_sub.output(y, self.self_attn(a, a, causal))
+        if not self.cross:
+            return self.ffn_sub.output(y1, self.ffn(self.ffn_sub.input(y1)))
         y2 = self.cross_sub.output(y1, self.cross_attn(self.cross_sub.input(y1), memory, memory_allowed))
         return self.ffn_sub.output(y2, self.ffn(self.ffn_sub.input(y2)))
 
     def params(self, name):
+        if not self.cross:
+            return (self.self_sub.norm.params(f"{name}.norm1") + self.self_attn.params(f"{name}.self_attn") +
+                    self.ffn_sub.norm.params(f"{name}.norm2") + self.ffn.params(f"{name}.ffn"))
         return (self.self_sub.norm.params(f"{name}.norm1") + self.self_attn.params(f"{name}.self_attn") +
                 self.cross_sub.norm.params(f"{name}.norm2") + self.cross_attn.params(f"{name}.cross_attn") +
                 self.ffn_sub.norm.params(f"{name}.norm3") + self.ffn.params(f"{name}.ffn"))
@@ -293,7 +301,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
     def __init__(self, c):
         self.config = c
         self.embed = Embedding(c)
-        self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]
+        self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]  # none when decoder-only
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
         self.final_norm = LayerNorm(c.d_model, c.rms_norm)
         self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
@@ -310,6 +318,8 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         return x
 
     def decode(self, target_in, memory, source):  # target_in (B, T) -> logits (B, T, V)
+        if self.config.arch == "decoder-only":
+            return self.read_whole(source, target_in)
         y = self.embed(target_in)
         if "embed.target" in self.keep:
             y = y * self.keep["embed.target"]
@@ -319,7 +329,23 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         h = self.final_norm(y)
         return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
 
+    def read_whole(self, source, target_in):  # read_whole(): decoder-only, source + START + answer, one sequence
+        S = source.shape[1]
+        whole = torch.cat([source, target_in], dim=1)  # (B, L)
+        y = self.embed(whole)
+        if "embed.target" in self.keep:
+            y = y * self.keep["embed.target"]
+        L = whole.shape[1]
+        key_seen = torch.cat([source != PAD, torch.ones_like(target_in, dtype=torch.bool)], dim=1)  # (B, L)
+        allowed = causal_allowed(L)[None, None] & key_seen[:, None, None, :]  # (B, 1, L, L)
+        for block in self.decoder:
+            y = block(y, None, allowed, None)
+        h = self.final_norm(y[:, S:])  # the answer's rows, from START on
+        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
+
     def forward(self, source, target_in):
+        if self.config.arch == "decoder-only":
+            return self.read_whole(source, target_in)
         return self.decode(target_in, self.encode(source), source)
 
     def replay_masks(self, masks, B, S, T):
@@ -329,8 +355,10 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.keep = {name: masks[name].view(B, -1, m.shape[1]) for name, m in masks.items() if name.startswith("embed")}
         places = [(f"encoder.{i}", b, [("attn_sub", S), ("ffn_sub", S)], [("self_attn", S)])
                   for i, b in enumerate(self.encoder)]
-        places += [(f"decoder.{i}", b, [("self_sub", T), ("cross_sub", T), ("ffn_sub", T)],
-                    [("self_attn", T), ("cross_attn", T)]) for i, b in enumerate(self.decoder)]
+        L = S + T if self.config.arch == "decoder-only" else T  # decoder-only: the whole sequence's rows
+        places += [(f"decoder.{i}", b, [("self_sub", L), ("cross_sub", L), ("ffn_sub", L)],
+                    [("self_attn", L), ("cross_attn", L)] if b.cross else [("self_attn", L)])
+                   for i, b in enumerate(self.decoder)]
         for name, block, sublayers, attentions in places:
             for sub, L in sublayers:
                 m = masks.get(f"{name}.{sub}")
@@ -508,7 +536,7 @@ def config_from_header(h):
                        activation=h["activation"], embed_scale=choose("embed_scale", h["embed_scale"], ZERO_ONE),
                        tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE),  # 0 before v3
                        rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
-                       kv_heads=int(h.get("kv_heads", h["n_heads"])))
+                       kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"))
 
 
 def model_from_checkpoint(ck):
@@ -611,6 +639,10 @@ VARIANTS = [  # (name, sorter flags)
     ("multi-query (4 on 1)", ["--heads", "4", "--kv-heads", "1"]),
     ("today's blocks, 2+2", ["--rmsnorm", "--act", "swiglu", "--pos", "rope", "--heads", "4", "--kv-heads", "2",
                              "--enc-layers", "2", "--dec-layers", "2", "--dropout", "0.1", "--min-len", "3"]),
+    ("decoder-only", ["--arch", "decoder-only", "--dec-layers", "2", "--min-len", "2"]),
+    ("decoder-only, learned, dropout", ["--arch", "decoder-only", "--pos", "learned", "--dropout", "0.1",
+                                        "--attn-dropout", "0.1", "--task", "reverse"]),
+    ("decoder-only, alibi, post-norm", ["--arch", "decoder-only", "--pos", "alibi", "--norm", "post", "--min-len", "3"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam

@@ -35,6 +35,7 @@ inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
     const int n_seq = int(cache.sources.size());
     for (DecodingCache::Layer& layer : cache.layers)
         for (Matrix* kept : {&layer.self_K, &layer.self_V, &layer.cross_K, &layer.cross_V}) {
+            if (kept->empty()) continue;  // a decoder-only model keeps no cross-attention
             const int L = kept->rows / n_seq;  // each sequence's rows
             Matrix gathered(int(from.size()) * L, kept->cols);
             for (std::size_t i = 0; i < from.size(); i++)  // sequence i's rows: its parent's

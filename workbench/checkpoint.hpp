@@ -84,7 +84,7 @@ inline const std::vector<SettingRow>& header_table() {
         whole_setting("d_model", 1, 1, MAX_D_MODEL, &M::d_model),
         whole_setting("n_heads", 1, 1, MAX_HEADS, &M::n_heads),
         whole_setting("d_ff", 1, 1, MAX_D_FF, &M::d_ff),
-        whole_setting("enc_layers", 1, 1, MAX_LAYERS, &M::enc_layers),
+        whole_setting("enc_layers", 1, 0, MAX_LAYERS, &M::enc_layers),  // 0: decoder-only (version 6)
         whole_setting("dec_layers", 1, 1, MAX_LAYERS, &M::dec_layers),
         choice_setting("norm", 1, NORM_NAMES, &M::norm),
         choice_setting("positions", 1, POSITION_NAMES, &M::positions),
@@ -94,6 +94,7 @@ inline const std::vector<SettingRow>& header_table() {
         number_setting("dropout", 3, 0, MAX_FRACTION, &M::dropout),
         number_setting("attn_dropout", 3, 0, MAX_FRACTION, &M::attn_dropout),
         whole_setting("rms_norm", 6, 0, 1, &M::rms_norm),
+        choice_setting("arch", 6, ARCH_NAMES, &M::arch),
         {"kv_heads", 6, [](const Settings& s) { return std::to_string(s.model.key_value_heads()); },
          [](Settings& s, WordReader& r) {  // n_heads is read: as many is multi-head attention, kept as 0
              s.model.kv_heads = int(r.whole("kv_heads", 1, MAX_HEADS));
@@ -152,11 +153,11 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 // The newest version; versions 1 to it are read. A new row takes the next version, and this follows it
 // (a test checks that the newest row's version is this one). A model of the 2017 paper's blocks is written as
 // version 5, the same bytes as before today's blocks came; a model that uses one of them, as version 6, whose
-// header adds their lines (rms_norm, kv_heads) and whose choices may name rope, alibi or swiglu.
+// header adds their lines (rms_norm, arch, kv_heads) and whose choices may name rope, alibi or swiglu.
 constexpr int CHECKPOINT_VERSION = 6;
 inline int version_for(const ModelConfig& c) {
     bool todays = c.rms_norm || c.key_value_heads() != c.n_heads || c.positions == Positions::rope ||
-                  c.positions == Positions::alibi || c.activation == Activation::swiglu;
+                  c.positions == Positions::alibi || c.activation == Activation::swiglu || c.arch == Arch::decoder_only;
     return todays ? 6 : 5;
 }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
@@ -212,7 +213,8 @@ inline long parameter_count(const ModelConfig& c) {
     long attention = 2 * d * d + 2 * d * (c.key_value_heads() * (d / c.n_heads));  // W_q, W_o; W_k, W_v
     long ffn = (c.activation == Activation::swiglu ? 3 : 2) * d * ff + (c.activation == Activation::swiglu ? 2 : 1) * ff + d;
     long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
-    return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * (3 * norm + 2 * attention + ffn) +
+    const long decoder_block = c.arch == Arch::decoder_only ? 2 * norm + attention + ffn : 3 * norm + 2 * attention + ffn;
+    return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * decoder_block +
            norm + (c.tie_embeddings ? 0 : d * vocab) + vocab;
 }
 
@@ -301,7 +303,12 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int versio
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
-    if (c.max_len < d.seq_len) fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len));
+    if (c.max_len < positions_read(c, d.seq_len))
+        fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len) +
+             (c.arch == Arch::decoder_only ? " x 2 (decoder-only: the source and the answer, one sequence)" : ""));
+    if ((c.enc_layers == 0) != (c.arch == Arch::decoder_only))
+        fail(header + fmt("enc_layers %d with arch %s: a decoder-only model has none, an encoder-decoder at least 1",
+                          c.enc_layers, ARCH_NAMES[int(c.arch)].c_str()));
 }
 
 // Every value takes at least two bytes (a digit and a space or newline), so a file too short for the

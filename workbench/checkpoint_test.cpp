@@ -51,22 +51,24 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
 // attention come back as they were, with the same bits and the same outputs; a header that breaks their rules
 // is refused with its reason.
 TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header is checked") {
-    for (Positions positions : {Positions::rope, Positions::alibi}) {
+    for (Positions positions : {Positions::rope, Positions::alibi, Positions::random}) {
         ModelConfig c;
         DataConfig d;
         small_trained_model(c, d);  // its sizes and data
         c.kv_heads = 1, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = positions;
+        if (positions == Positions::random)  // decoder-only, its position table twice as long (and 4 x for random)
+            c.arch = Arch::decoder_only, c.enc_layers = 0, c.max_len = 4 * positions_read(c, d.seq_len);
         Transformer model(c, 3);
         TempDir dir("todays");
         std::string path = dir.file("model.txt");
         save_kept(path, model, Kept{d});
         const std::string text = read_all(path);
         CHECK(text.rfind("sorter-checkpoint 6\n", 0) == 0);
-        CHECK(contains(text, "\nrms_norm 1\nkv_heads 1\n"));
+        CHECK(contains(text, "\nrms_norm 1\narch " + ARCH_NAMES[int(c.arch)] + "\nkv_heads 1\n"));
         Kept saved;
         Transformer loaded = load_kept(path, saved);
         CHECK((loaded.config.rms_norm && loaded.config.key_value_heads() == 1 && loaded.config.positions == positions &&
-               loaded.config.activation == Activation::swiglu));
+               loaded.config.activation == Activation::swiglu && loaded.config.arch == c.arch));
         Rng rng(12);
         for (int n = 0; n < 10; n++) {
             Example e = make_example(random_digits(rng, d), d);
@@ -76,6 +78,11 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
         std::string again = dir.file("again.txt");
         save_kept(again, loaded, Kept{saved.data});
         CHECK(read_all(again) == text);
+        if (positions == Positions::random) {  // a decoder-only model keeps no encoder, and reads twice the positions
+            CHECK(contains(load_error(replace_once(text, "enc_layers 0", "enc_layers 1")),
+                           "enc_layers 1 with arch decoder-only"));
+            CHECK(contains(load_error(replace_once(text, "max_len 32", "max_len 4")), "max_len 4 is below seq_len 4 x 2"));
+        }
         if (positions != Positions::rope) continue;
         CHECK(contains(load_error(replace_once(text, "kv_heads 1", "kv_heads 3")), "kv_heads 3 does not divide n_heads 2"));
         CHECK(contains(load_error(replace_once(text, "rms_norm 1", "rms_norm 2")), "rms_norm 2"));

@@ -67,27 +67,38 @@ inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const 
     std::printf("encoder.%zu feed-forward\n", i);
     trace_feed_forward(block.ffn, "S", x_in);
 }
-inline void trace_decoder_block(const DecoderBlock& block, std::size_t i, const std::string& y_in) {
-    std::printf("decoder.%zu causal self-attention (causal mask (n_seq T, T))\n", i);
-    trace_attention(block.self_attn, "T", "T", y_in, y_in);
-    std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
-    trace_attention(block.cross_attn, "T", "S", y_in, "memory");
+// T: the decoder's length ("T"; a decoder-only model's, "L": source, START and answer).
+inline void trace_decoder_block(const DecoderBlock& block, std::size_t i, const std::string& y_in,
+                                const std::string& T = "T") {
+    std::printf(block.cross ? "decoder.%zu causal self-attention (causal mask (n_seq T, T))\n"
+                            : "decoder.%zu causal self-attention (causal mask, the source's PADs hidden (n_seq L, L))\n",
+                i);
+    trace_attention(block.self_attn, T, T, y_in, y_in);
+    if (block.cross) {
+        std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
+        trace_attention(block.cross_attn, "T", "S", y_in, "memory");
+    }
     std::printf("decoder.%zu feed-forward\n", i);
-    trace_feed_forward(block.ffn, "T", y_in);
+    trace_feed_forward(block.ffn, T, y_in);
 }
-inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
-    const ModelConfig& c = model.config;
-    Inputs in = inputs_of(batch, 0, batch.size());
-    Matrix logits = model.forward(in.sources, in.targets_in);
-    std::size_t n_seq = batch.size(), S = in.sources[0].size(), T = in.targets_in[0].size();
-    std::printf("--- shapes on one forward pass of a training batch ---\n");
-    std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d%s\n\n",
-                n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab,
-                c.activation == Activation::swiglu ? fmt(", d_h = 2 d_ff / 3 = %d", hidden_width(c)).c_str() : "");
-    if (c.positions == Positions::alibi) std::printf("ALiBi: head h's scores minus m_h |i - j|, m_h its slope\n\n");
-    const std::string norm = c.rms_norm ? "RMS" : "LN";  // RMSNorm or LayerNorm
-    const std::string x_in = c.norm == Norm::pre ? norm + "(x)" : "x", y_in = c.norm == Norm::pre ? norm + "(y)" : "y";
-    std::printf("  %-50s %-30s %s\nencoder input\n", "tensor", "legend", "this run");
+// A decoder-only model: one stack over source, START and answer (L = S + T rows a sequence).
+inline void trace_decoder_only(Transformer& model, std::size_t n_seq, std::size_t S, std::size_t T,
+                               const std::string& y_in) {
+    std::printf("the one sequence: source, START, answer (L = S + T = %zu)\n", S + T);
+    shape_line("tokens: source, START, target[0 .. T-2]", "(n_seq, L)", fmt("(%zu, %zu)", n_seq, S + T));
+    shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
+    if (const Matrix* table = model.embed.position_table())
+        shape_line("position table", "(max_len, d_model)", shape_text(*table));
+    shape_line("y = table[tokens] * scale + positions", "(n_seq L, d_model)",
+               shape_text(model.decoder[0].self_attn.W_k.x));
+    for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in, "L");
+    std::printf("output\n");
+    shape_line("the answer's rows: the last T of each sequence", "(n_seq T, d_model)",
+               shape_text(model.final_norm.x_hat));
+}
+inline void trace_encoder_decoder(Transformer& model, std::size_t n_seq, std::size_t S, std::size_t T,
+                                  const std::string& x_in, const std::string& y_in) {
+    std::printf("encoder input\n");
     shape_line("source tokens", "(n_seq, S)", fmt("(%zu, %zu)", n_seq, S));
     shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
     if (const Matrix* table = model.embed.position_table())
@@ -104,6 +115,24 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
                shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in);
     std::printf("output\n");
+}
+inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) {
+    const ModelConfig& c = model.config;
+    Inputs in = inputs_of(batch, 0, batch.size());
+    Matrix logits = model.forward(in.sources, in.targets_in);
+    std::size_t n_seq = batch.size(), S = in.sources[0].size(), T = in.targets_in[0].size();
+    std::printf("--- shapes on one forward pass of a training batch ---\n");
+    std::printf("n_seq = %zu, S = %zu, T = %zu, d_model = %d, n_heads = %d, d_k = %d, d_ff = %d, vocab = %d%s\n\n",
+                n_seq, S, T, c.d_model, c.n_heads, c.d_model / c.n_heads, c.d_ff, c.vocab,
+                c.activation == Activation::swiglu ? fmt(", d_h = 2 d_ff / 3 = %d", hidden_width(c)).c_str() : "");
+    if (c.positions == Positions::alibi) std::printf("ALiBi: head h's scores minus m_h |i - j|, m_h its slope\n\n");
+    const std::string norm = c.rms_norm ? "RMS" : "LN";  // RMSNorm or LayerNorm
+    const std::string x_in = c.norm == Norm::pre ? norm + "(x)" : "x", y_in = c.norm == Norm::pre ? norm + "(y)" : "y";
+    std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
+    switch (c.arch) {
+    case Arch::encoder_decoder: trace_encoder_decoder(model, n_seq, S, T, x_in, y_in); break;
+    case Arch::decoder_only: trace_decoder_only(model, n_seq, S, T, y_in); break;
+    }
     shape_line(c.rms_norm ? "final RMSNorm" : "final LayerNorm", "(n_seq T, d_model)",
                shape_text(model.final_norm.x_hat));
     if (c.tie_embeddings) {
@@ -118,7 +147,8 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
                     c.key_value_heads(), c.n_heads);
         const int width = c.key_value_heads() * (c.d_model / c.n_heads);
         shape_line("self-attention K, V (each), after t tokens", "(n_seq t, kv_heads d_k)", fmt("(%zu t, %d)", n_seq, width));
-        shape_line("cross-attention K, V (each)", "(n_seq S, kv_heads d_k)", fmt("(%zu, %d)", n_seq * S, width));
+        if (c.arch == Arch::encoder_decoder)
+            shape_line("cross-attention K, V (each)", "(n_seq S, kv_heads d_k)", fmt("(%zu, %d)", n_seq * S, width));
     }
 }
 
@@ -143,8 +173,8 @@ inline void print_params(Transformer& model) {
         if (it == g.parts.end()) g.parts.push_back({part, n});
         else it->second += n;
     }
-    std::printf("--- parameters (d_model %d, n_heads %d, d_ff %d, vocab %d, layers %d+%d) ---\n", c.d_model, c.n_heads,
-                c.d_ff, c.vocab, c.enc_layers, c.dec_layers);
+    std::printf("--- parameters (d_model %d, n_heads %d, d_ff %d, vocab %d, layers %s) ---\n", c.d_model, c.n_heads,
+                c.d_ff, c.vocab, layers_text(c).c_str());
     for (const Group& g : groups) {
         std::string parts;
         for (auto& [part, n] : g.parts) parts += (parts.empty() ? "" : ", ") + part + " " + std::to_string(n);
@@ -229,6 +259,11 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
             std::printf("  %-36s head %d off: %5.1f%%%s\n", l.name.c_str(), h, 100 * a.exact,
                         a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
         }
+    if (model.config.arch == Arch::decoder_only) {
+        std::printf("\n--- inspect: the pointer check: n/a (it reads cross-attention, which a decoder-only model does "
+                    "not have) ---\n");
+        return;
+    }
     std::vector<long> hits;
     long steps = pointer_hits(model, held_out, hits);
     std::printf("\n--- inspect: the pointer check, over %ld decoding steps that emit a digit ---\n"
@@ -263,14 +298,14 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
 // rows long (rotary positions and ALiBi compute theirs in attention); a learned table, or random positions' rows, cannot reach past the rows the model trained with.
 inline void reach_length(Transformer& model, int length, const std::string& load_path) {
     ModelConfig& c = model.config;
-    if (length <= c.max_len) return;
+    if (positions_read(c, length) <= c.max_len) return;
     const std::string refused = fmt("--test-len %d with --load %s: ", length, load_path.c_str());
     switch (c.positions) {
     case Positions::sinusoidal:
     case Positions::none:
     case Positions::rope: case Positions::alibi:  // computed in attention, at any position
-        c.max_len = length;
-        model.embed.fixed = sinusoidal_table(length, c.d_model);
+        c.max_len = positions_read(c, length);
+        model.embed.fixed = sinusoidal_table(c.max_len, c.d_model);
         return;
     case Positions::learned:
         fail(refused + fmt("this model's learned position table has %d rows, one for each position it trained at; "

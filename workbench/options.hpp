@@ -43,6 +43,7 @@ struct Options {
     std::string svg_dir, report_path, save_path, load_path, train_data_path;
     long save_every = 0;  // --save-every: the checkpoint every N steps of training too (0: as training ends)
     bool finish = false;  // --finish: train the steps the --load file's run had left
+    bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // one of DEMO_NAMES
 };
@@ -151,7 +152,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--heads", "attention heads; must divide d_model", 1, MAX_HEADS, true, &M::n_heads),
             whole_flag("--d-ff", "hidden width of the feed-forward layers", 1, MAX_D_FF, true, &M::d_ff),
             whole_flag("--enc-layers", "encoder blocks", 1, MAX_LAYERS, true, &M::enc_layers),
-            whole_flag("--dec-layers", "decoder blocks", 1, MAX_LAYERS, true, &M::dec_layers)}},
+            whole_flag("--dec-layers", "decoder blocks (decoder-only: the blocks of its one stack)", 1, MAX_LAYERS,
+                       true, &M::dec_layers),
+            choice_flag("--arch", "encoder-decoder: the 2017 paper's; decoder-only: GPT's and Llama's, one causal "
+                        "stack of --dec-layers blocks (no cross-attention, no encoder) reads the source, START and the "
+                        "answer as one sequence, and the loss counts the answer", ARCH_NAMES, true, &M::arch)}},
         {"Data", "./sorter --task reverse --seq-len 6 --min-len 3", true, {
             choice_flag("--task", "what the output is", TASK_NAMES, true, &D::task),
             whole_flag("--seq-len", "longest input, S = T", 1, MAX_SEQ_LEN, true, &D::seq_len),
@@ -198,6 +203,14 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &M::activation),
             switch_flag("--rmsnorm", "RMSNorm in place of every LayerNorm: no mean taken out, no beta (Zhang & "
                         "Sennrich 2019)", true, true, &M::rms_norm),
+            {"--llama", "", "the Llama 3 recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope, and "
+             "--kv-heads half of --heads (all of them when --heads is odd); flags after it change any of these. The "
+             "biases stay (Llama has none)", true,
+             [](O& o, Args&) {
+                 o.model.arch = Arch::decoder_only, o.model.rms_norm = true, o.model.activation = Activation::swiglu;
+                 o.model.positions = Positions::rope, o.llama = true;
+             },
+             [](const O&) { return std::string(); }},  // the variant line names what it set
             {"--kv-heads", "N", "grouped-query attention: N key-value heads, each shared by heads / N query heads; "
              "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
              [](O& o, Args& a) { o.model.kv_heads = int(a.whole(1, MAX_HEADS)); },
@@ -338,6 +351,7 @@ inline Options parse_options(int argc, char** argv) {
     if (m.d_model % m.n_heads != 0)
         fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
                  m.d_model));
+    if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads = m.n_heads / 2;
     if (m.kv_heads > 0 && m.n_heads % m.kv_heads != 0)
         fail(fmt("--kv-heads %d with --heads %d: each key-value head serves the same number of query heads, so it must "
                  "divide the heads", m.kv_heads, m.n_heads));
@@ -369,10 +383,14 @@ inline Options parse_options(int argc, char** argv) {
         fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
     if (o.finish && was_given("--steps"))
         fail("--finish trains the steps the loaded run has left; give --finish or --steps N, not both");
+    if (m.arch == Arch::decoder_only && was_given("--enc-layers"))
+        fail("--enc-layers with --arch decoder-only: a decoder-only model has no encoder; --dec-layers N sets its "
+             "blocks");
+    if (m.arch == Arch::decoder_only) m.enc_layers = 0;
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
-    m.max_len = std::max(m.max_len, o.test_len);  // positions up to the longest test input
+    m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
     if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
     return o;
 }
@@ -403,9 +421,16 @@ inline bool reads_held_out(const Options& o) {
     return false;
 }
 // The lines a run prints about its settings.
+inline std::string layers_text(const ModelConfig& m) {  // "1+1" (encoder + decoder), or "2, decoder-only"
+    switch (m.arch) {
+    case Arch::encoder_decoder: return fmt("%d+%d", m.enc_layers, m.dec_layers);
+    case Arch::decoder_only: return fmt("%d, decoder-only", m.dec_layers);
+    }
+    return "";  // not reached
+}
 inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
-    return fmt("d_model %d, heads %d, d_ff %d, layers %d+%d, seq_len %d", m.d_model, m.n_heads, m.d_ff, m.enc_layers,
-               m.dec_layers, d.seq_len);
+    return fmt("d_model %d, heads %d, d_ff %d, layers %s, seq_len %d", m.d_model, m.n_heads, m.d_ff,
+               layers_text(m).c_str(), d.seq_len);
 }
 inline std::string seed_text(const Options& o) {  // "7", or "unknown" (a model loaded from an older checkpoint)
     return o.seed_unknown ? "unknown" : std::to_string(o.seed);

@@ -68,6 +68,8 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         {{"--load", "m.txt", "--kv-heads", "1"}, {"--kv-heads", "--load m.txt"}},
         {{"--save-every", "5"}, {"--save-every 5", "add --save FILE"}},
         {{"--finish"}, {"--finish", "add --load FILE"}},
+        {{"--arch", "gpt"}, {"--arch gpt", "encoder-decoder, decoder-only"}},
+        {{"--arch", "decoder-only", "--enc-layers", "2"}, {"--enc-layers with --arch decoder-only", "--dec-layers N"}},
     };
     for (const Case& c : cases) {
         std::string message = parse_error(c.args);

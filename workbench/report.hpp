@@ -62,9 +62,13 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
     for (int t = 0; t < int(output.size()) && how.beam > 1; t++) beams.push_back(beams_html(model, source, t + 1, how));
     std::vector<int> dec_in = shifted_right(output, c.vocab);
     Matrix probs = softmax_rows(model.forward({source}, {dec_in}));  // (T, V)
+    // Where each step looked in the source: cross-attention's row t; a decoder-only model has none, and its
+    // self-attention's answer row, S + t, over the source's columns shows the same.
+    const bool whole = c.arch == Arch::decoder_only;
+    const int first_row = whole ? int(source.size()) : 0;
     std::vector<AttentionLayer> cross;
     for (const AttentionLayer& l : attention_layers(model))
-        if (l.queries_from_decoder && !l.keys_from_decoder) cross.push_back(l);
+        if (whole || (l.queries_from_decoder && !l.keys_from_decoder)) cross.push_back(l);
     std::vector<std::string> src = token_names(source, c), read = token_names(dec_in, c), head_labels;
     int shown = std::clamp(16 / int(cross.size()), 1, c.n_heads);  // at most 16 rows: the first heads of each layer
     std::string which = shown < c.n_heads ? fmt(" (heads 0 to %d of %d in each layer)", shown - 1, c.n_heads) : "";
@@ -77,7 +81,8 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         Matrix cross_rows(int(head_labels.size()), int(source.size()));
         for (std::size_t l = 0, r = 0; l < cross.size(); l++)
             for (int h = 0; h < shown; h++, r++)
-                for (int s = 0; s < cross_rows.cols; s++) cross_rows.at(int(r), s) = cross[l].attn->heads[h].P.at(t, s);
+                for (int s = 0; s < cross_rows.cols; s++)
+                    cross_rows.at(int(r), s) = cross[l].attn->heads[h].P.at(first_row + t, s);
         std::vector<int> order(c.vocab);
         std::iota(order.begin(), order.end(), 0);
         std::partial_sort(order.begin(), order.begin() + 3, order.end(),
@@ -94,9 +99,9 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
                         std::isfinite(probs.at(t, order[k])) ? 120 * probs.at(t, order[k]) : 0.0,
                         number_text(probs.at(t, order[k])).c_str());
         html += fmt("<div class=\"step\"><h3>step %d: the decoder has read %s and writes %s</h3>\n<div class=\"row\">"
-                    "<div>cross-attention over the source, one row a head%s:<br/>", t + 1,
+                    "<div>%s over the source, one row a head%s:<br/>", t + 1,
                     svg_escape(join(so_far, " ")).c_str(), svg_escape(token_names({output[t]}, c)[0]).c_str(),
-                    which.c_str()) +
+                    whole ? "self-attention (the answer's row)" : "cross-attention", which.c_str()) +
                 svg_document(hm.width(cross_rows) + 20, hm.height(cross_rows) + 10,
                              hm.draw(0, 0, "", cross_rows, head_labels, src, 1.0, false, true)) +
                 "</div><div>the three likeliest next tokens:<table class=\"top\">"

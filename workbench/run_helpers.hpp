@@ -52,9 +52,11 @@ inline pid_t start_run(const std::vector<std::string>& args, const std::string& 
     std::fflush(stdout);
     _exit(status);
 }
-// Waits up to 60 s for `text` to appear in the file; if it never does, the child is killed.
-inline bool wait_for_text(pid_t pid, const std::string& log, const std::string& text) {
-    for (int i = 0; i < 600; i++, usleep(100000))
+// Waits up to `seconds` for `text` to appear in the file, looking every `poll_ms`; if it never does, the child
+// is killed. (Under the sanitizers a run is many times slower.)
+inline bool wait_for_text(pid_t pid, const std::string& log, const std::string& text, int seconds = 60,
+                          int poll_ms = 100) {
+    for (long waited = 0; waited < seconds * 1000L; waited += poll_ms, usleep(useconds_t(poll_ms) * 1000))
         if (contains(read_all(log), text)) return true;
     kill(pid, SIGKILL);  // never leave a run of a million steps behind
     waitpid(pid, nullptr, 0);

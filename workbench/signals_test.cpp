@@ -129,16 +129,16 @@ TEST_CASE("signals: SIGTERM and SIGHUP during training keep the model, the repor
 TEST_CASE("signals: a Ctrl-C after training cuts the evaluation short and keeps every output") {
     TempDir dir("sigafter");
     std::string m = dir.file("m.txt"), report = dir.file("r.html"), log = dir.file("log");
-    pid_t pid = start_run({"--steps", "20", "--d-model", "128", "--heads", "4", "--d-ff", "512", "--enc-layers", "3",
-                           "--dec-layers", "3", "--save", m, "--report", report, "--test-len", "12"}, log);
-    REQUIRE(wait_for_text(pid, log, "(step)"));  // the loss curve is drawn: the final evaluation is under way
+    pid_t pid = start_run({"--steps", "5", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--enc-layers", "2",
+                           "--dec-layers", "2", "--save", m, "--report", report, "--test-len", "12"}, log);
+    REQUIRE(wait_for_text(pid, log, "(step)", 600, 5));  // the loss curve is drawn: the final evaluation is under way
     kill(pid, SIGINT);
     CHECK(exit_status(pid) == 130);
     std::string out = read_all(log);
     CHECK(contains(out, ", of 1000: Ctrl-C cut the evaluation short), token-accuracy"));
     CHECK(contains(out, ": not scored (Ctrl-C cut the evaluation short)"));
     CHECK(!contains(out, "interrupted at step"));  // training had ended
-    CHECK(updates_in(m) == 20);
+    CHECK(updates_in(m) == 5);
     CHECK(whole_page(report));
     CHECK(contains(read_all(report), "Ctrl-C cut the decoding short"));
     CHECK(dir.listing() == std::vector<std::string>{"log", "m.txt", "r.html"});

@@ -31,12 +31,15 @@ inline double examples_per_second(const Options& o, double seconds) {
 // example. A training step costs about 3x this: the backward of every product is two products.
 inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
     double S = d.seq_len, T = d.seq_len, d_model = c.d_model, h = c.n_heads, d_k = d_model / h;
+    double kv_width = c.key_value_heads() * d_k, matrices = c.activation == Activation::swiglu ? 3 : 2;
     auto attention = [&](double Lq, double Lk) {
-        return 2 * (Lq + Lk) * d_model * d_model * 2  // W_q, W_o on Lq rows; W_k, W_v on Lk rows
-               + h * 2 * Lq * Lk * d_k * 2;           // Q K^T and P V in every head
+        return 2 * Lq * d_model * d_model * 2 + 2 * Lk * d_model * kv_width * 2  // W_q, W_o; W_k, W_v
+               + h * 2 * Lq * Lk * d_k * 2;                                       // Q K^T and P V in every head
     };
-    double ffn = 2 * T * d_model * c.d_ff * 2;
-    return c.enc_layers * (attention(S, S) + ffn) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn) +
+    auto ffn = [&](double L) { return matrices * L * d_model * hidden_width(c) * 2; };
+    if (c.arch == Arch::decoder_only)  // one stack over source and answer, L = S + T
+        return c.dec_layers * (attention(S + T, S + T) + ffn(S + T)) + 2 * T * d_model * c.vocab;
+    return c.enc_layers * (attention(S, S) + ffn(S)) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn(T)) +
            2 * T * d_model * c.vocab;
 }
 inline void run_speed(const Options& o) {  // --speed: two lines for make compare

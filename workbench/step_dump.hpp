@@ -32,9 +32,10 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         const DecoderBlock& b = model.decoder[i];
         std::string name = "decoder." + std::to_string(i);
-        masks.insert(masks.end(), {{name + ".self_sub", b.self_sub.keep}, {name + ".self_attn", heads(b.self_attn)},
-                                   {name + ".cross_sub", b.cross_sub.keep}, {name + ".cross_attn", heads(b.cross_attn)},
-                                   {name + ".ffn_sub", b.ffn_sub.keep}});
+        masks.insert(masks.end(), {{name + ".self_sub", b.self_sub.keep}, {name + ".self_attn", heads(b.self_attn)}});
+        if (b.cross)
+            masks.insert(masks.end(), {{name + ".cross_sub", b.cross_sub.keep}, {name + ".cross_attn", heads(b.cross_attn)}});
+        masks.push_back({name + ".ffn_sub", b.ffn_sub.keep});
     }
     masks.erase(std::remove_if(masks.begin(), masks.end(), [](auto& m) { return m.second.empty(); }), masks.end());
     return masks;

@@ -76,7 +76,7 @@ inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         std::string block = "decoder." + std::to_string(i);
         layers.push_back({block + " causal self-attention", &model.decoder[i].self_attn, true, true});
-        layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
+        if (model.decoder[i].cross) layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
     }
     return layers;
 }
@@ -94,6 +94,15 @@ inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::v
     std::vector<std::string> src = token_names(source, model.config), dec = token_names(dec_in, model.config),
                              out = token_names(output, model.config);
     std::vector<AttentionMap> maps;
+    if (model.config.arch == Arch::decoder_only) {  // one sequence: the source, START and the output so far
+        std::vector<std::string> whole = src, next(src.begin() + 1, src.end());  // each row predicts the next token
+        whole.insert(whole.end(), dec.begin(), dec.end());
+        next.insert(next.end(), dec.begin(), dec.end());
+        next.push_back(out.back());
+        for (const AttentionLayer& l : attention_layers(model))
+            for (int h = 0; h < l.attn->n_heads; h++) maps.push_back({l.name, h, l.attn->heads[h].P, whole, whole, next});
+        return maps;
+    }
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++)
             maps.push_back({l.name, h, l.attn->heads[h].P, l.queries_from_decoder ? dec : src,
