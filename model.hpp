@@ -9,8 +9,8 @@
 // Sections: Linear; Dropout; Embedding; attention and its masks; rotary positions and ALiBi's slopes;
 // MultiHeadAttention; LayerNorm; FeedForward; Sublayer (the residual rule); EncoderBlock; DecoderBlock;
 // Transformer; decoding with a cache (inference only). Skip on a first reading: Positions::random
-// (position_rows, hash_of, target_row), today's blocks (rotate_pairs, alibi_slopes_of, the `rms`, SwiGLU and
-// kv_heads lines), the last section.
+// (position_rows, hash_of, target_row), today's blocks (rotate_pairs, alibi_slopes_of, causal_padding_mask,
+// read_whole, and the lines of `rms`, SwiGLU, kv_heads and `cross`), the last section.
 //
 // The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and
 // eps inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
@@ -19,7 +19,7 @@
 // training only, on the embeddings (Transformer), every sublayer's output (Sublayer) and the attention
 // weights (attention); tied embeddings in Transformer::output. Today's blocks: RMSNorm in LayerNorm; SwiGLU
 // in FeedForward; rotary positions (rotate_pairs), ALiBi (in attention) and grouped-query attention in
-// MultiHeadAttention.
+// MultiHeadAttention; decoder-only in Transformer::read_whole, its blocks DecoderBlocks without cross-attention.
 #pragma once
 
 #include <string>
