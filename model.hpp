@@ -369,7 +369,8 @@ struct MultiHeadAttention {
     }
     // With rotary positions, Q or K turned (sign -1: back), its sequences of L rows starting at position `first`.
     Matrix turned(Matrix X, int L, int first, double sign = 1.0) const {
-        return rotary ? rotate_pairs(std::move(X), L, first, d_k, sign) : X;
+        if (!rotary) return X;  // moved out, not copied (a ?: with X would copy it)
+        return rotate_pairs(std::move(X), L, first, d_k, sign);
     }
 
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
