@@ -1181,6 +1181,13 @@ TEST_CASE("gradient: whole model, decoder-only, with each position kind") {
         check_model("model (decoder-only, " + POSITION_NAMES[int(positions)] + ")", c);
     }
 }
+// The Llama recipe (--llama): decoder-only, RMSNorm, SwiGLU, rotary positions, grouped-query attention.
+TEST_CASE("gradient: whole model, decoder-only with RMSNorm + SwiGLU + rotary + grouped-query (--llama)") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.arch = Arch::decoder_only, c.enc_layers = 0, c.dec_layers = 2, c.max_len = positions_read(c, tiny_data().seq_len);
+    c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = Positions::rope;
+    check_model("model (llama)", c);
+}
 TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
     ModelConfig c = tiny_model(tiny_data());
     c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu;

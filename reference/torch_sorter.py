@@ -643,6 +643,8 @@ VARIANTS = [  # (name, sorter flags)
     ("decoder-only, learned, dropout", ["--arch", "decoder-only", "--pos", "learned", "--dropout", "0.1",
                                         "--attn-dropout", "0.1", "--task", "reverse"]),
     ("decoder-only, alibi, post-norm", ["--arch", "decoder-only", "--pos", "alibi", "--norm", "post", "--min-len", "3"]),
+    ("llama (4 heads on 2), 2 layers", ["--llama", "--heads", "4", "--dec-layers", "2", "--min-len", "2",
+                                        "--dropout", "0.1", "--optimizer", "adam"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam
@@ -739,19 +741,19 @@ def check():
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
           f"and beam 3's hypotheses)\n")
-    print(f"{'variant':<28} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")
+    print(f"{'variant':<32} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")
     failed = 0
     for name, flags in VARIANTS:
         with tempfile.TemporaryDirectory(prefix="torch_sorter_") as workdir:
             try:
                 logit, loss, weight, greedy, beam, total = check_variant(flags, workdir)
             except (RuntimeError, ValueError) as error:  # sorter failed, or wrote a file we cannot read
-                print(f"{name:<28} FAIL: {error}")
+                print(f"{name:<32} FAIL: {error}")
                 failed += 1
                 continue
         ok = all(d <= TOLERANCE for d in (logit, loss, weight)) and greedy == beam == total  # False for nan
         failed += not ok
-        print(f"{name:<28} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{greedy}/{total}':>6}  {f'{beam}/{total}':>4}"
+        print(f"{name:<32} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{greedy}/{total}':>6}  {f'{beam}/{total}':>4}"
               f"{'' if ok else '  FAIL'}")
     print(f"\n{len(VARIANTS) - failed} of {len(VARIANTS)} variants agree" + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
