@@ -235,7 +235,9 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
 }
 
 // Decoder-only (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at
-// or before it (causal) and is not one of its source's PADs (the source's first S keys: padding).
+// or before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query
+// sees at least key 0, the source's first digit (a source is never empty, and its PADs come after its digits),
+// so no row is all masked, and none spreads its weight over future keys.
 inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
     Matrix m(rows * int(sources.size()), keys);
     for (int i = 0; i < m.rows; i++)
@@ -397,7 +399,8 @@ struct MultiHeadAttention {
             }
         return W_o.forward(joined);
     }
-    // Undoes forward and attend; adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model), caller-zeroed.
+    // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
+    // (n_seq S, d_model), caller-zeroed. (Decoding's own calls of attend are inference only: no backward.)
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
@@ -437,7 +440,7 @@ struct MultiHeadAttention {
 // with no mean taken out and no beta: the scale alone is normalised, one pass fewer over the row. `rms` says which.
 struct LayerNorm {
     static constexpr double eps = 1e-5;
-    bool rms = false;           // RMSNorm: mean 0, no beta
+    bool rms = false;           // RMSNorm: no mean subtracted (taken as 0), no beta
     Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising; RMSNorm: no beta
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
@@ -707,8 +710,10 @@ struct Transformer {
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
-    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
+    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read (decoder-only:
+                                     // source_rows holds the whole sequence's, n_seq x (S + T))
+    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model);
+                                      // decoder-only: target_keep, the whole sequence's (n_seq (S + T), d_model)
     // Training mode (PyTorch's model.train() and model.eval(); gradient_of turns it on for its forward pass)
     // reads two streams: dropout's masks, drawn in the order forward runs (train() hands the blocks the
     // stream; nullptr: off), and random positions' rows, each source's drawn anew. Outside it, a source's rows
@@ -894,18 +899,19 @@ struct DecodingCache {
     int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
 };
 
-// DecoderBlock::forward for y (n_seq L, d_model), L newest rows a sequence from `position` on, against what `kept`
-// holds; self_mask (n_seq L, keys) hides what they may not see (empty: all). With rotary positions the kept keys
-// were turned at their own positions, so only the newest rows turn.
+// DecoderBlock::forward for y (n_seq new_rows, d_model), the newest rows of each sequence (one, or a decoder-only
+// model's whole prompt) from `position` on, against what `kept` holds; self_mask (n_seq new_rows, keys) hides what
+// they may not see (empty: all). With rotary positions the kept keys were turned at their own positions, so only
+// the newest rows turn.
 inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept, const Matrix& self_mask,
                                  const Matrix& memory_mask, int n_seq, int position) {
     MultiHeadAttention& self = b.self_attn;
-    const int L = y.rows / n_seq;
+    const int new_rows = y.rows / n_seq;
     Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
-        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), L, position), n_seq);  // each
+        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), new_rows, position), n_seq);  // each
         kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new ones
-        return self.attend(self.turned(self.W_q.forward(a), L, position), kept.self_K, kept.self_V, self_mask, n_seq,
-                           position);
+        return self.attend(self.turned(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V, self_mask,
+                           n_seq, position);
     });
     if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {

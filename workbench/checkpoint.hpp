@@ -80,7 +80,7 @@ inline const std::vector<SettingRow>& header_table() {
     using M = ModelConfig; using D = DataConfig;  // short: rows fit
     static const std::vector<SettingRow> table = {
         whole_setting("vocab", 1, 3, MAX_DIGIT + 2, &M::vocab),
-        whole_setting("max_len", 1, 1, RANDOM_POSITION_SPAN * MAX_SEQ_LEN, &M::max_len),
+        whole_setting("max_len", 1, 1, RANDOM_POSITION_SPAN * 2 * MAX_SEQ_LEN, &M::max_len),  // 2: decoder-only
         whole_setting("d_model", 1, 1, MAX_D_MODEL, &M::d_model),
         whole_setting("n_heads", 1, 1, MAX_HEADS, &M::n_heads),
         whole_setting("d_ff", 1, 1, MAX_D_FF, &M::d_ff),

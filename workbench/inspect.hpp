@@ -25,14 +25,15 @@ inline void trace_attention(const MultiHeadAttention& m, const std::string& Q, c
     shape_line("keys and values read " + kv, "(n_seq " + K + ", d_model)", shape_text(m.W_k.x));
     if (grouped) {
         shape_line("W_q", "(d_model, d_model)", shape_text(m.W_q.W.value));
-        shape_line(fmt("W_k, W_v (each; %d key-value heads)", m.kv_heads), "(d_model, kv_heads d_k)",
+        shape_line(fmt("W_k, W_v (each; %d key-value head%s)", m.kv_heads, m.kv_heads == 1 ? "" : "s"),
+                   "(d_model, kv_heads d_k)",
                    shape_text(m.W_k.W.value));
     } else {
         shape_line("W_q, W_k, W_v (each)", "(d_model, d_model)", shape_text(m.W_q.W.value));
     }
     shape_line("Q = " + q_in + " W_q", "(n_seq " + Q + ", d_model)", product_shape(m.W_q));
     shape_line("K = " + kv + " W_k, V = " + kv + " W_v", "(n_seq " + K + ", " + kv_width + ")", product_shape(m.W_k));
-    if (m.rotary) shape_line("Q, K turned by position, pairs of columns (rotary)", "as Q, K", "as Q, K");
+    if (m.rotary) shape_line("Q, K turned by position (rotary; shapes unchanged)", "", "");
     shape_line("one sequence's head: Q_h (columns h*d_k ..)", "(" + Q + ", d_k)", shape_text(h.Q));
     shape_line(grouped ? fmt("one sequence's head: K_h, V_h (one for %d heads)", m.n_heads / m.kv_heads)
                        : "one sequence's head: K_h, V_h", "(" + K + ", d_k)", shape_text(h.K));
@@ -58,7 +59,8 @@ inline void trace_feed_forward(const FeedForward& f, const std::string& N, const
         shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
     }
     shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(f.layer2));
-    shape_line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
+    shape_line(swiglu ? "out = act W_2 + b_2, added to the residual" : "out = act(hidden) W_2 + b_2, added to the residual",
+               "(n_seq " + N + ", d_model)",
                product_shape(f.layer2));
 }
 inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const std::string& x_in) {
@@ -89,7 +91,8 @@ inline void trace_decoder_only(Transformer& model, std::size_t n_seq, std::size_
     shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
     if (const Matrix* table = model.embed.position_table())
         shape_line("position table", "(max_len, d_model)", shape_text(*table));
-    shape_line("y = table[tokens] * scale + positions", "(n_seq L, d_model)",
+    shape_line(model.embed.position_table() ? "y = table[tokens] * scale + positions" : "y = table[tokens] * scale",
+               "(n_seq L, d_model)",
                shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in, "L");
     std::printf("output\n");
@@ -103,16 +106,17 @@ inline void trace_encoder_decoder(Transformer& model, std::size_t n_seq, std::si
     shape_line("embedding table", "(vocab, d_model)", shape_text(model.embed.table.value));
     if (const Matrix* table = model.embed.position_table())
         shape_line("position table", "(max_len, d_model)", shape_text(*table));
-    shape_line("x = table[source] * scale + positions", "(n_seq S, d_model)",
-               shape_text(model.encoder[0].self_attn.W_k.x));
+    shape_line(model.embed.position_table() ? "x = table[source] * scale + positions" : "x = table[source] * scale",
+               "(n_seq S, d_model)", shape_text(model.encoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.encoder.size(); i++) trace_encoder_block(model.encoder[i], i, x_in);
     std::printf("encoder output\n");
     shape_line("memory = the last encoder block's output", "(n_seq S, d_model)",
                shape_text(model.decoder[0].cross_attn.W_k.x));
     std::printf("decoder input\n");
     shape_line("decoder input tokens: START, target[0 .. T-2]", "(n_seq, T)", fmt("(%zu, %zu)", n_seq, T));
-    shape_line("y = table[decoder input] * scale + positions", "(n_seq T, d_model)",
-               shape_text(model.decoder[0].self_attn.W_k.x));
+    shape_line(model.embed.position_table() ? "y = table[decoder input] * scale + positions"
+                                            : "y = table[decoder input] * scale",
+               "(n_seq T, d_model)", shape_text(model.decoder[0].self_attn.W_k.x));
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in);
     std::printf("output\n");
 }

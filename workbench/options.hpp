@@ -198,14 +198,15 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "rotary, queries and keys turned by position in self-attention (Su et al. 2021); alibi: "
                         "self-attention scores lowered by distance, a slope a head (Press et al. 2022)",
                         POSITION_NAMES, true, &M::positions),
-            choice_flag("--act", "feed-forward activation; swiglu: silu(x W_1) * (x W_3), then W_2, hidden width 2 "
-                        "d_ff / 3 so the parameters stay as many (Shazeer 2020)", ACTIVATION_NAMES, true,
-                        &M::activation),
+            choice_flag("--act", "feed-forward activation; swiglu: silu(x W_1 + b_1) * (x W_3 + b_3), then W_2, "
+                        "hidden width 2 d_ff / 3 so the parameters stay about as many (Shazeer 2020)", ACTIVATION_NAMES,
+                        true, &M::activation),
             switch_flag("--rmsnorm", "RMSNorm in place of every LayerNorm: no mean taken out, no beta (Zhang & "
                         "Sennrich 2019)", true, true, &M::rms_norm),
-            {"--llama", "", "the Llama 3 recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope, and "
-             "--kv-heads half of --heads (all of them when --heads is odd); flags after it change any of these. The "
-             "biases stay (Llama has none)", true,
+            {"--llama", "", "a Llama-style recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope, "
+             "and --kv-heads half of --heads (all of them when --heads is odd); --dec-layers still sets the blocks "
+             "(default 1); flags after it change any of these. The biases stay (Llama has none), and the rotary base "
+             "is 10000 (Llama 2's; Llama 3's is 500000)", true,
              [](O& o, Args&) {
                  o.model.arch = Arch::decoder_only, o.model.rms_norm = true, o.model.activation = Activation::swiglu;
                  o.model.positions = Positions::rope, o.llama = true;

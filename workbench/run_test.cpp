@@ -304,3 +304,16 @@ TEST_CASE("run(): a loaded model's seed, kept in the checkpoint or unknown") {
     CHECK(contains(run_output({"--load", dir.file("again.txt"), "--sort", "1", "2", "3", "4", "5"}),
                    "; seed unknown, 30 updates"));
 }
+
+// A decoder-only model reads source and answer as one sequence, so its position table is twice as long: at the
+// longest inputs with random positions, 4 x 2 x 32 = 256 rows. Before, such a model saved and then failed to load
+// ("max_len 256: expected a whole number from 1 to 128").
+TEST_CASE("run(): the longest decoder-only model with random positions saves and loads") {
+    TempDir dir("long-decoder-only");
+    std::string m = dir.file("m.txt");
+    REQUIRE(run_error({"--arch", "decoder-only", "--pos", "random", "--seq-len", "32", "--d-model", "8", "--steps", "1",
+                       "--eval-every", "1000", "--save", m}) == "");
+    CHECK(contains(read_all(m), "\nmax_len 256\n"));
+    CHECK(run_error({"--load", m, "--sort", "1", "2", "3", "4", "5", "6", "7", "8", "9", "1", "2", "3", "4", "5", "6", "7",
+                     "8", "9", "1", "2", "3", "4", "5", "6", "7", "8", "9", "1", "2", "3", "4", "5"}) == "");
+}

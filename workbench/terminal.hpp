@@ -138,6 +138,7 @@ inline void print_positions(Transformer& model, bool numbers) {
                     "j by m_h |i - j|. The slopes:");
         std::vector<double> slopes = alibi_slopes_of(c.n_heads);
         for (int h = 0; h < c.n_heads; h++) std::printf("%s head %d %g", h ? "," : "", h, slopes[h]);
+        std::printf(" (head 0 is the paper's h = 1)");
         std::printf("\n");
         return;
     }
