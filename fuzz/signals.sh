@@ -22,11 +22,13 @@ seconds_of() {  # how long a command takes, in seconds
   local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
   awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.2f", ns / 1e9 }'
 }
-moment() { awk -v span="$1" -v r=$((RANDOM * 32768 + RANDOM)) 'BEGIN { srand(r); printf "%.3f", rand() * span }'; }
+moment() { awk -v span="$1" -v r=$RANDOM 'BEGIN { printf "%.3f", span * r / 32767 }'; }  # bash's draw, evenly
 
-mkdir -p "$WORK/whole/svg"
-span=$(seconds_of "$BIN" "${RUN[@]}" --save "$WORK/whole/m.txt" --report "$WORK/whole/r.html" --svg "$WORK/whole/svg")
-echo "a whole run takes $span s; the signals come at moments drawn from 0 to $span s"
+if [ $((INT + TERM_RUNS + HUP)) -gt 0 ]; then
+  mkdir -p "$WORK/whole/svg"
+  span=$(seconds_of "$BIN" "${RUN[@]}" --save "$WORK/whole/m.txt" --report "$WORK/whole/r.html" --svg "$WORK/whole/svg")
+  echo "a whole run takes $span s; the signals come at moments drawn from 0 to $span s"
+fi
 
 # One run of RUN, signal SIG at a random moment; then every output checked. Prints the phase it stopped in.
 signal_run() {
