@@ -184,7 +184,8 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
                           const Origin& origin, const Example& example, bool sort_asked, History& history) {
     if (!o.save_path.empty()) {  // (written already when training ended: train_run)
         if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
-        std::printf("saved %s\n", o.save_path.c_str());
+        std::printf("saved %s%s\n", o.save_path.c_str(),
+                    history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
     }
     if (!o.svg_dir.empty())
         write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode);
@@ -238,6 +239,9 @@ inline int run(Options o) {
     history.header = loaded + history.header;  // the report shows the "loaded FILE ..." line too
     show_after_training(o, model, data, example, sort_asked);
     write_outputs(o, model, data, state, origin, example, sort_asked, history);
+    if (evaluation_stopped())
+        std::printf("(%s came after training: the figures marked as cut short are partial)\n",
+                    signal_text(stop_signal).c_str());
     return stopped_status();  // 0, or 128 + the signal's number, as a shell reports a run a signal cut short
 }
 
@@ -255,7 +259,7 @@ inline int finish_output(std::FILE* out, int status) {
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
-    install_signal_handlers();  // no signal loses a trained model, or leaves a half-written file (workbench/signals.hpp)
+    install_signal_handlers();  // no signal loses a trained model or leaves half a file (workbench/signals.hpp)
     try {
         return finish_output(stdout, run(parse_options(argc, argv)));
     } catch (const UsageError& e) {

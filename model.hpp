@@ -446,7 +446,8 @@ struct LayerNorm {
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
 
     LayerNorm() = default;
-    explicit LayerNorm(int d_model, bool rms_norm = false) : rms(rms_norm), gamma(1, d_model, 1.0), beta(1, rms ? 0 : d_model, 0.0) {}
+    explicit LayerNorm(int d_model, bool rms_norm = false)
+        : rms(rms_norm), gamma(1, d_model, 1.0), beta(1, rms ? 0 : d_model, 0.0) {}
     void list_parameters(const std::string& name, ParamList& list) {
         list.push_back({name + ".gamma", &gamma});
         if (!rms) list.push_back({name + ".beta", &beta});
@@ -856,7 +857,8 @@ struct Transformer {
     void read_whole_backward(const Matrix& d_answer) {
         const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
         Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
-        for (int e = 0; e < n_seq; e++) add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
+        for (int e = 0; e < n_seq; e++)
+            add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
         Matrix unused;  // no memory
         for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
         dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))

@@ -81,12 +81,15 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
         if (positions == Positions::random) {  // a decoder-only model keeps no encoder, and reads twice the positions
             CHECK(contains(load_error(replace_once(text, "enc_layers 0", "enc_layers 1")),
                            "enc_layers 1 with arch decoder-only"));
-            CHECK(contains(load_error(replace_once(text, "max_len 32", "max_len 4")), "max_len 4 is below seq_len 4 x 2"));
+            CHECK(contains(load_error(replace_once(text, "max_len 32", "max_len 4")),
+                           "max_len 4 is below seq_len 4 x 2"));
         }
         if (positions != Positions::rope) continue;
-        CHECK(contains(load_error(replace_once(text, "kv_heads 1", "kv_heads 3")), "kv_heads 3 does not divide n_heads 2"));
+        CHECK(contains(load_error(replace_once(text, "kv_heads 1", "kv_heads 3")),
+                       "kv_heads 3 does not divide n_heads 2"));
         CHECK(contains(load_error(replace_once(text, "rms_norm 1", "rms_norm 2")), "rms_norm 2"));
-        CHECK(contains(load_error(replace_once(replace_once(text, "n_heads 2", "n_heads 8"), "kv_heads 1", "kv_heads 8")),
+        std::string odd = replace_once(replace_once(text, "n_heads 2", "n_heads 8"), "kv_heads 1", "kv_heads 8");
+        CHECK(contains(load_error(odd),
                        "positions rope needs an even d_k; d_model 8 / n_heads 8 is odd"));
         CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 6", "sorter-checkpoint 5")),
                        "expected 'task', found 'rms_norm'"));  // a version 5 file has no such line

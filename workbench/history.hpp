@@ -208,6 +208,8 @@ inline void stop_at(const Options& o, History& history, long step, long last) {
                 stop_signal == SIGINT ? "Ctrl-C again" : "a second signal");
     if (!o.save_path.empty() && step < last)
         std::printf("to finish the run's %ld steps later: %s\n", last, finish_command(o).c_str());
+    if (o.save_path.empty())
+        std::printf("(no --save: the model is not kept when the run ends; give --save FILE to keep one)\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,9 +230,11 @@ inline void end_run(Transformer& model, const Dataset& data, History& history, d
                                   double(window)), window);
     Accuracy a = evaluate(model, data.held_out, history.decoding);
     show_examples("after training", model, history);
-    std::string cut = a.total < a.asked ? ", " + cut_short_text(a) : "";
-    history.final_line = fmt("final: exact-match %.1f%% (%d/%d%s), token-accuracy %.1f%%, %s, train-time %.1f s\n",
-                             100 * a.exact, a.exact_count, a.total, cut.c_str(), 100 * a.token, loss_text.c_str(),
-                             train_seconds);
+    std::string cut = a.total < a.asked ? fmt(" (both on the first %d held-out sequences %s)", a.total,
+                                              cut_short_text(a).c_str()) : "";
+    std::string stopped = history.interrupted_at ? fmt(" (stopped at step %ld)", history.interrupted_at) : "";
+    history.final_line = fmt("final%s: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%%s, %s, train-time %.1f s\n",
+                             stopped.c_str(), 100 * a.exact, a.exact_count, a.total, 100 * a.token, cut.c_str(),
+                             loss_text.c_str(), train_seconds);
     std::printf("\n%s", history.final_line.c_str());
 }

@@ -59,8 +59,8 @@ inline void trace_feed_forward(const FeedForward& f, const std::string& N, const
         shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
     }
     shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(f.layer2));
-    shape_line(swiglu ? "out = act W_2 + b_2, added to the residual" : "out = act(hidden) W_2 + b_2, added to the residual",
-               "(n_seq " + N + ", d_model)",
+    shape_line(swiglu ? "out = act W_2 + b_2, added to the residual"
+                      : "out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
                product_shape(f.layer2));
 }
 inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const std::string& x_in) {
@@ -73,8 +73,8 @@ inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const 
 inline void trace_decoder_block(const DecoderBlock& block, std::size_t i, const std::string& y_in,
                                 const std::string& T = "T") {
     std::printf(block.cross ? "decoder.%zu causal self-attention (causal mask (n_seq T, T))\n"
-                            : "decoder.%zu causal self-attention (causal mask, the source's PADs hidden (n_seq L, L))\n",
-                i);
+                            : "decoder.%zu causal self-attention (causal mask, the source's PADs hidden "
+                              "(n_seq L, L))\n", i);
     trace_attention(block.self_attn, T, T, y_in, y_in);
     if (block.cross) {
         std::printf("decoder.%zu cross-attention (queries from the decoder, keys and values from the memory)\n", i);
@@ -150,7 +150,8 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
         std::printf("decoding cache, each decoder layer (grouped-query: %d of %d heads' keys and values)\n",
                     c.key_value_heads(), c.n_heads);
         const int width = c.key_value_heads() * (c.d_model / c.n_heads);
-        shape_line("self-attention K, V (each), after t tokens", "(n_seq t, kv_heads d_k)", fmt("(%zu t, %d)", n_seq, width));
+        shape_line("self-attention K, V (each), after t tokens", "(n_seq t, kv_heads d_k)",
+                   fmt("(%zu t, %d)", n_seq, width));
         if (c.arch == Arch::encoder_decoder)
             shape_line("cross-attention K, V (each)", "(n_seq S, kv_heads d_k)", fmt("(%zu, %d)", n_seq * S, width));
     }
@@ -189,12 +190,12 @@ inline void print_params(Transformer& model) {
         std::printf("  (tied: out.W is embed.table transposed, so %d x %d = %d weights fewer)\n", c.d_model, c.vocab,
                     c.d_model * c.vocab);
     if (c.activation == Activation::swiglu)
-        std::printf("  (SwiGLU: each feed-forward has W_1, W_3 (%d, %d) and W_2 (%d, %d), hidden width 2 x %d / 3 = %d)\n",
-                    c.d_model, hidden_width(c), hidden_width(c), c.d_model, c.d_ff, hidden_width(c));
+        std::printf("  (SwiGLU: each feed-forward has W_1, W_3 (%d, %d) and W_2 (%d, %d), hidden width 2 x %d / 3 = "
+                    "%d)\n", c.d_model, hidden_width(c), hidden_width(c), c.d_model, c.d_ff, hidden_width(c));
     if (c.key_value_heads() < c.n_heads) {
         const int d_k = c.d_model / c.n_heads, kv = c.key_value_heads() * d_k;
-        std::printf("  (grouped-query: W_k and W_v are (%d, %d), %d of %d heads, so each attention layer has %d weights "
-                    "fewer; decoding keeps %d numbers a token a layer for K and V, not %d)\n", c.d_model, kv,
+        std::printf("  (grouped-query: W_k and W_v are (%d, %d), %d of %d heads, so each attention layer has %d "
+                    "weights fewer; decoding keeps %d numbers a token a layer for K and V, not %d)\n", c.d_model, kv,
                     c.key_value_heads(), c.n_heads, 2 * c.d_model * (c.d_model - kv), 2 * kv, 2 * c.d_model);
     }
 }
@@ -299,7 +300,8 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
     return inputs;
 }
 // The length lab on a loaded model (--load FILE --test-len N): the sinusoidal table is computed, so it is made N
-// rows long (rotary positions and ALiBi compute theirs in attention); a learned table, or random positions' rows, cannot reach past the rows the model trained with.
+// rows long (rotary positions and ALiBi compute theirs in attention); a learned table, or random positions' rows,
+// cannot reach past the rows the model trained with.
 inline void reach_length(Transformer& model, int length, const std::string& load_path) {
     ModelConfig& c = model.config;
     if (positions_read(c, length) <= c.max_len) return;

@@ -276,9 +276,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
                       "train it N steps more; model, data and other training flags cannot be combined with it", false,
                       &O::load_path),
-            switch_flag("--finish", "with --load: train the steps its run had left when it was cut short (Ctrl-C, "
-                        "kill, a crash), on the schedule it planned, to the same bits as a run never stopped", false,
-                        true, &O::finish),
+            switch_flag("--finish", "with --load and --save: train the steps its run had left when it was cut short, "
+                        "on the schedule it planned, to the same bits as a run never stopped (Ctrl-C and kill keep a "
+                        "run that had --save; kill -9 and a crash, one that had --save-every)", false, true,
+                        &O::finish),
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
              [](O& o, Args& a) {
                  o.sort_words.clear();
@@ -384,6 +385,8 @@ inline Options parse_options(int argc, char** argv) {
         fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
     if (o.finish && was_given("--steps"))
         fail("--finish trains the steps the loaded run has left; give --finish or --steps N, not both");
+    if (o.finish && o.save_path.empty())
+        fail("--finish trains the rest of a run: add --save FILE to keep it (the --load file, to finish in place)");
     if (m.arch == Arch::decoder_only && was_given("--enc-layers"))
         fail("--enc-layers with --arch decoder-only: a decoder-only model has no encoder; --dec-layers N sets its "
              "blocks");

@@ -34,7 +34,7 @@ TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a 
     std::string out = read_all(log);
     CHECK(contains(out, "interrupted at step "));
     CHECK(contains(out, " of 1000000 (Ctrl-C): training stops here"));
-    CHECK(contains(out, "final: exact-match"));
+    CHECK(contains(out, "final (stopped at step "));
     CHECK(contains(out, "saved " + m));
     CHECK(contains(out, "to finish the run's 1000000 steps later: ./sorter --load " + m + " --finish --save " + m));
     long step = std::atol(out.substr(out.find("interrupted at step ") + 20).c_str());
@@ -135,7 +135,9 @@ TEST_CASE("signals: a Ctrl-C after training cuts the evaluation short and keeps 
     kill(pid, SIGINT);
     CHECK(exit_status(pid) == 130);
     std::string out = read_all(log);
-    CHECK(contains(out, ", of 1000: Ctrl-C cut the evaluation short), token-accuracy"));
+    CHECK(contains(out, "(both on the first "));
+    CHECK(contains(out, " held-out sequences of 1000: Ctrl-C cut the evaluation short), loss "));
+    CHECK(contains(out, "(Ctrl-C came after training: the figures marked as cut short are partial)\n"));
     CHECK(contains(out, ": not scored (Ctrl-C cut the evaluation short)"));
     CHECK(!contains(out, "interrupted at step"));  // training had ended
     CHECK(updates_in(m) == 5);
@@ -203,8 +205,8 @@ TEST_CASE("--save-every and --finish: a killed run finishes with the same bits")
         CHECK(contains(finished, fmt("steps %ld to 2000", kept + 1)));
     }
     CHECK(read_all(killed) == read_all(whole));
-    CHECK(contains(run_error({"--load", whole, "--finish"}), "the run in " + whole + " made all 2000 of its planned "
-                                                              "steps; to train it further, give --steps N"));
+    CHECK(contains(run_error({"--load", whole, "--finish", "--save", whole}),
+                   "the run in " + whole + " made all 2000 of its planned steps; to train it further, give --steps N"));
 }
 
 TEST_CASE("--finish and --save-every: one-line refusals") {
@@ -212,12 +214,15 @@ TEST_CASE("--finish and --save-every: one-line refusals") {
     std::string m = dir.file("m.txt"), old = dir.file("old.txt");
     REQUIRE(run_error({"--steps", "5", "--save", m}).empty());
     std::ofstream(old) << as_version(read_all(m), 4);
-    CHECK(contains(run_error({"--load", old, "--finish"}), "does not say how many steps its run planned (it comes "
-                                                          "from a checkpoint older than version 5); give --steps N"));
+    CHECK(contains(run_error({"--load", old, "--finish", "--save", old}),
+                   "does not say how many steps its run planned (it comes from a checkpoint older than version 5); "
+                   "give --steps N"));
     CHECK(contains(run_error({"--finish"}), "--finish trains on the run a checkpoint was saved from; add --load FILE"));
     CHECK(contains(run_error({"--load", m, "--finish", "--steps", "3"}), "give --finish or --steps N, not both"));
     CHECK(contains(run_error({"--save-every", "10"}), "--save-every 10 writes the checkpoint to the --save file; add "
                                                       "--save FILE"));
+    CHECK(contains(run_error({"--load", m, "--finish"}),
+                   "--finish trains the rest of a run: add --save FILE to keep it"));
     // a model loaded from an older file and saved again does not know its plan: "unknown", and so it stays
     REQUIRE(run_error({"--load", old, "--sort", "1", "2", "3", "4", "5", "--save", dir.file("again.txt")}).empty());
     CHECK(contains(read_all(dir.file("again.txt")), "\nplanned_steps unknown\n"));
