@@ -308,11 +308,14 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
 // W_k permuted.) A query at position m and a key at n then meet as (R_m q) . (R_n k) = q . R_(n-m) k: the score
 // sees only how far apart they are.
 //   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
+inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
+    return double(pos) / std::pow(10000.0, 2.0 * i / d_k);
+}
 inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
     Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
     for (int t = 0; t < L; t++)
         for (int i = 0; i < d_k / 2; i++) {
-            double angle = sign * double(first + t) / std::pow(10000.0, 2.0 * i / d_k);
+            double angle = sign * rotary_angle(first + t, i, d_k);
             cosine.at(t, i) = std::cos(angle), sine.at(t, i) = std::sin(angle);
         }
     for (int r = 0; r < X.rows; r++)
@@ -807,13 +810,17 @@ struct Transformer {
     // far as one sequence of L = S + T tokens at positions 0 .. L-1 (random positions: L rows drawn at once, kept in
     // source_rows), its source's PADs hidden; the rows from START on (the last T) predict the answer, so the loss
     // counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
+    static Batch wholes(const Batch& srcs, const Batch& tgts_in) {  // n_seq x (L): source, START, answer so far
+        Batch whole = srcs;
+        for (std::size_t e = 0; e < whole.size(); e++)
+            whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
+        return whole;
+    }
     Matrix read_whole(const Batch& srcs, const Batch& tgts_in) {
         sources = srcs, targets_in = tgts_in;
         const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
         source_rows = rows_for(srcs, L);
-        Batch whole = srcs;  // n_seq x (L): source, then START and the answer so far
-        for (int e = 0; e < n_seq; e++) whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
-        Matrix x = embed.forward(concatenated(whole), concatenated(source_rows));  // (n_seq L, d_model)
+        Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(source_rows));  // (n_seq L, d_model)
         x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), target_keep);
         Matrix mask = causal_padding_mask(srcs, L, 0, L);  // (n_seq L, L)
         for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
@@ -862,11 +869,9 @@ struct Transformer {
         Matrix unused;  // no memory
         for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
         dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))
-        for (int e = 0; e < n_seq; e++) {
-            std::vector<int> whole = sources[e];
-            whole.insert(whole.end(), targets_in[e].begin(), targets_in[e].end());
-            embed.backward(whole, source_rows[e], take_block(dx, e * L, L, 0, config.d_model));
-        }
+        const Batch whole = wholes(sources, targets_in);
+        for (int e = 0; e < n_seq; e++)
+            embed.backward(whole[e], source_rows[e], take_block(dx, e * L, L, 0, config.d_model));
     }
 
     // Every learned tensor with its name, in a fixed order (the checkpoint's order too).

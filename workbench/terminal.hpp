@@ -76,7 +76,8 @@ inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         std::string block = "decoder." + std::to_string(i);
         layers.push_back({block + " causal self-attention", &model.decoder[i].self_attn, true, true});
-        if (model.decoder[i].cross) layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
+        if (model.decoder[i].cross)
+            layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
     }
     return layers;
 }
@@ -100,7 +101,8 @@ inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::v
         next.insert(next.end(), dec.begin(), dec.end());
         next.push_back(out.back());
         for (const AttentionLayer& l : attention_layers(model))
-            for (int h = 0; h < l.attn->n_heads; h++) maps.push_back({l.name, h, l.attn->heads[h].P, whole, whole, next});
+            for (int h = 0; h < l.attn->n_heads; h++)
+                maps.push_back({l.name, h, l.attn->heads[h].P, whole, whole, next});
         return maps;
     }
     for (const AttentionLayer& l : attention_layers(model))
@@ -125,7 +127,7 @@ inline void print_positions(Transformer& model, bool numbers) {
     if (c.positions == Positions::rope) {  // the turns' cosines: the sinusoidal table's clocks, per head
         Matrix turns(c.max_len, d_k / 2);
         for (int pos = 0; pos < turns.rows; pos++)
-            for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = std::cos(pos / std::pow(10000.0, 2.0 * i / d_k));
+            for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = std::cos(rotary_angle(pos, i, d_k));
         std::printf("rope: nothing is added to the embeddings; self-attention turns each head's query and key columns "
                     "in pairs (2i, 2i+1) by the angle pos / 10000^(2i / d_k), d_k = %d. Below, the cosine of each "
                     "turn; shades '%s' run from -1 to 1\n\n", d_k, SHADES);
@@ -134,8 +136,8 @@ inline void print_positions(Transformer& model, bool numbers) {
         return;
     }
     if (c.positions == Positions::alibi) {
-        std::printf("alibi: nothing is added to the embeddings; self-attention lowers head h's score of query i for key "
-                    "j by m_h |i - j|. The slopes:");
+        std::printf("alibi: nothing is added to the embeddings; self-attention lowers head h's score of query i "
+                    "for key j by m_h |i - j|. The slopes:");
         std::vector<double> slopes = alibi_slopes_of(c.n_heads);
         for (int h = 0; h < c.n_heads; h++) std::printf("%s head %d %g", h ? "," : "", h, slopes[h]);
         std::printf(" (head 0 is the paper's h = 1)");
