@@ -10,12 +10,19 @@
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 #   make signals     Ctrl-C, kill, hang-up and kill -9 at random moments of real runs, every output checked
+#
+# Any C++17 compiler: make CXX=clang++, make CXX="clang++ -stdlib=libc++", make CXX=aarch64-linux-gnu-g++.
+# GNU make 3.81 (macOS's own) is enough.
 CXX      ?= g++
 ifeq ($(MAKELEVEL),0)  # the test objects build side by side (a make run from a recipe shares these jobs)
-MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || echo 2)
+MAKEFLAGS += --jobs=$(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 endif
-# -march=native: use this CPU's vector instructions (the binary may not run on another machine).
-CXXFLAGS ?= -O3 -march=native -Wall -Wextra -pedantic
+# -march=native: use this CPU's vector instructions (the binary may not run on another machine), where
+# the compiler accepts it. Cross compilers and Apple's clang before version 15 refuse it: they get -O3
+# alone, and the same numbers (-ffp-contract=off below). The probe runs once per make.
+NATIVE   := $(shell echo 'int main() {}' | $(CXX) -march=native -x c++ -c -o /dev/null - 2>/dev/null && \
+                    echo -march=native)
+CXXFLAGS ?= $(strip -O3 $(NATIVE) -Wall -Wextra -pedantic)
 # The flags the numbers depend on stay out of what a user overrides (make CXXFLAGS=...):
 # -ffp-contract=off: never fuse a * b + c into one FMA instruction. A fused multiply-add rounds
 # once instead of twice, which changes every result in the last bit, and training then drifts
@@ -25,8 +32,12 @@ HEADERS  := matrix.hpp model.hpp train.hpp
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
 WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)
-DOCTEST  := /usr/include/doctest/doctest.h
-PYTHON   := /usr/bin/python3
+# doctest, where Debian, Ubuntu and Fedora (/usr/include), Homebrew (/opt/homebrew/include on Apple
+# silicon, /usr/local/include on Intel) and MacPorts (/opt/local/include) put it; or name it yourself:
+# make test DOCTEST=/path/to/doctest/doctest.h. Its folder is searched after the compiler's own.
+DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local/include
+DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
+DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
 .PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest
 
@@ -36,18 +47,29 @@ all: sorter
 sorter: main.cpp $(HEADERS) $(WORKBENCH) Makefile
 	$(CXX) $(FIXED) $(CXXFLAGS) -DSORTER_CXXFLAGS='"$(CXX) $(FIXED) $(CXXFLAGS)"' -o $@ main.cpp
 
-# doctest comes from Debian's doctest-dev. Install it when missing and we may; otherwise say how.
+# When doctest is missing: on Debian or Ubuntu as root, install it; otherwise say how, for this system.
 doctest:
-	@if [ ! -f $(DOCTEST) ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "doctest is missing: installing Debian's doctest-dev"; \
-	    (apt-get install -y -qq doctest-dev >/dev/null 2>&1 || \
-	     (apt-get update -qq && apt-get install -y -qq doctest-dev >/dev/null)) || true; \
-	  fi; \
-	  if [ ! -f $(DOCTEST) ]; then \
-	    echo "error: $(DOCTEST) not found. Install it with: sudo apt-get install doctest-dev"; exit 1; \
-	  fi; \
+	@if [ -z "$(DOCTEST)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "doctest is missing: installing Debian's doctest-dev"; \
+	  (apt-get install -y -qq doctest-dev >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq doctest-dev >/dev/null)) || true; \
 	fi
+	@found="$(DOCTEST)"; \
+	 for dir in $(DOCTEST_DIRS); do \
+	   [ -n "$$found" ] || [ ! -f $$dir/doctest/doctest.h ] || found=$$dir/doctest/doctest.h; \
+	 done; \
+	 case "$$found" in \
+	   */doctest/doctest.h) test -f "$$found" && exit 0; \
+	     echo "error: DOCTEST=$$found: no such file"; exit 1;; \
+	   ?*) echo "error: DOCTEST=$$found: name the header inside its doctest/ folder," \
+	         "as in DOCTEST=/path/to/doctest/doctest.h (the tests include <doctest/doctest.h>)"; exit 1;; \
+	 esac; \
+	 if [ "$$(uname -s)" = Darwin ]; then how="brew install doctest (or, with MacPorts: sudo port install doctest)"; \
+	 elif command -v apt-get >/dev/null; then how="sudo apt-get install doctest-dev"; \
+	 elif command -v dnf >/dev/null; then how="sudo dnf install doctest-devel"; \
+	 else how="get doctest/doctest.h from github.com/doctest/doctest,"; \
+	      how="$$how then make test DOCTEST=/path/to/doctest/doctest.h"; fi; \
+	 echo "error: doctest not found (looked in $(DOCTEST_DIRS)). Install it with: $$how"; exit 1
 
 # make test: one binary, one doctest summary. tests.cpp is the tutorial's lab notebook (matrix.hpp,
 # model.hpp and train.hpp only), built with the program's flags: it trains. The workbench's tests,
@@ -56,11 +78,11 @@ doctest:
 # is compiled once, into doctest-main.o.
 doctest-main.o: | doctest
 	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
-	  $(CXX) -std=c++17 -O1 -x c++ -c -o $@ -
+	  $(CXX) -std=c++17 -O1 $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 tests.o: tests.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(FIXED) $(CXXFLAGS) -c -o $@ tests.cpp
+	$(CXX) $(FIXED) $(CXXFLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 workbench-tests.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
-	printf '#include "%s"\n' $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. -x c++ -c -o $@ -
+	printf '#include "%s"\n' $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 tests: doctest-main.o tests.o workbench-tests.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $^
 
@@ -71,7 +93,7 @@ test: tests
 # differences, one row per tensor. tests.cpp alone, built at -Og, so that after an edit to a backward
 # the rebuild and the run take seconds.
 gradcheck-tests: tests.cpp $(HEADERS) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -Og -o $@ tests.cpp doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -Og $(DOCTEST_INCLUDE) -o $@ tests.cpp doctest-main.o
 # The checks run as two processes side by side, one on each of two cores: four of the whole-model
 # checks (about half the work) in the background, their table printed after the others'.
 # (doctest splits a filter at commas, so ? stands for the comma in the test names.)
@@ -86,7 +108,7 @@ gradcheck: gradcheck-tests
 
 tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
 	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
-	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. -x c++ -o $@ - -x none doctest-main.o
+	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. $(DOCTEST_INCLUDE) -x c++ -o $@ - -x none doctest-main.o
 
 sanitize: tests-sanitize
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
@@ -103,15 +125,19 @@ check-report: sorter
 bench: sorter
 	./sorter --bench
 
-# The PyTorch twin: Debian's python3-torch is built for Debian's own python3. Without it, the
-# scripts say how to get it and skip (make test never needs PyTorch).
+# The PyTorch twin runs on the first python3 that has PyTorch: PYTHON when you set it, else python3 on
+# your PATH, else /usr/bin/python3 (Debian's python3-torch is built for Debian's own python3). Without
+# one, the targets say how to get it and skip (make test never needs PyTorch).
+PYTHONS    = $(or $(PYTHON),python3 /usr/bin/python3)
+TORCH_HINT = Debian or Ubuntu: sudo apt-get install python3-torch; elsewhere: python3 -m pip install torch
+find_torch = for p in $(PYTHONS); do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; break; }; done
 reference: sorter
-	@if [ -x $(PYTHON) ]; then $(PYTHON) reference/torch_sorter.py --check; \
-	 else echo "make reference: skipped: $(PYTHON) not found (Debian: apt-get install python3-torch)"; fi
+	@py=$$($(find_torch)); if [ -n "$$py" ]; then $$py reference/torch_sorter.py --check; \
+	 else echo "make reference: skipped: no python3 with PyTorch (tried $(PYTHONS)). $(TORCH_HINT)"; fi
 
 compare: sorter
-	@if [ -x $(PYTHON) ]; then $(PYTHON) reference/compare.py; \
-	 else echo "make compare: skipped: $(PYTHON) not found (Debian: apt-get install python3-torch)"; fi
+	@py=$$($(find_torch)); if [ -n "$$py" ]; then $$py reference/compare.py; \
+	 else echo "make compare: skipped: no python3 with PyTorch (tried $(PYTHONS)). $(TORCH_HINT)"; fi
 
 # Each target of fuzz/targets.cpp, built with clang's libFuzzer and both sanitizers, runs from its
 # seed corpus for FUZZ_SECONDS. What it finds goes to fuzz/work/ (ignored by git), so the checked-in

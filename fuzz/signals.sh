@@ -18,9 +18,9 @@ WORK=$(mktemp -d /tmp/sorter-signals-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 RUN=(--steps 300 --d-model 64 --heads 4 --d-ff 256 --enc-layers 3 --dec-layers 3 --test-len 16)
 fail() { echo "FAIL: $*" | tee -a "$WORK/failures" >&2; }
-seconds_of() {  # how long a command takes, in seconds
-  local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
-  awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.2f", ns / 1e9 }'
+seconds_of() {  # how long a command takes, in seconds (bash's own timer: date +%N is GNU's, not macOS's)
+  local TIMEFORMAT=%2R
+  { time "$@" >/dev/null 2>&1; } 2>&1
 }
 moment() { awk -v span="$1" -v r=$RANDOM 'BEGIN { printf "%.3f", span * r / 32767 }'; }  # bash's draw, evenly
 

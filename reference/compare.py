@@ -9,23 +9,26 @@ thread. The table shows the median of the rounds and the ratio sorter / twin per
 min / median / max; then sorter's GFLOP/s as a share of one core's dgemm peak, measured here
 first, and the seconds of one held-out evaluation (greedy decoding) at the row's size.
 
-Run it with /usr/bin/python3 (Debian's python3-torch is installed for that interpreter):
-    /usr/bin/python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large]
+Run it with a python3 that has PyTorch (make compare finds one; Debian's python3-torch is for /usr/bin/python3):
+    python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large]
 """
 import argparse
 import os
+import platform
 import re
 import statistics
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # importing the twin below must not leave a __pycache__ folder in reference/
 from torch_sorter import HOW_TO_GET_TORCH, SORTER  # noqa: E402
 
 TWIN = Path(__file__).resolve().parent / "torch_sorter.py"
-PYTHON = "/usr/bin/python3"
-OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
+PYTHON = sys.executable  # the twin runs on the interpreter that runs this script
+# Debian's OpenBLAS, for this machine's architecture (x86_64-linux-gnu, aarch64-linux-gnu, ...)
+OPENBLAS_DIR = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or 'none'}/openblas-pthread"
 
 # name -> (d_model, heads, d_ff, layers per stack, seq_len), batch sizes
 SIZES = {
@@ -124,10 +127,18 @@ def twin_blas():
 
 
 def cpu_model():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+    """The CPU's name: Linux's /proc/cpuinfo, macOS's sysctl, else what Python knows, else "unknown CPU"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    return platform.processor() or "unknown CPU"
 
 
 def ratio_text(ratios):

@@ -14,7 +14,7 @@ Legend: B batch, T target length, S source length, d_model token width, n_heads 
 Modes:
   --check   run ../sorter for a list of variants with --dump-step and compare (make reference)
   --speed   train the twin on random sort batches and print training examples/s
-Run it with /usr/bin/python3: that is the interpreter Debian's python3-torch is installed for.
+Run it with a python3 that has PyTorch (make reference finds one; Debian's python3-torch is for /usr/bin/python3).
 """
 import argparse
 import math
@@ -33,7 +33,8 @@ try:
 except ImportError:  # the model needs torch; --check and --speed say how to get it and skip
     torch = None
 
-HOW_TO_GET_TORCH = "Debian: apt-get install python3-torch, then run with /usr/bin/python3"
+HOW_TO_GET_TORCH = ("Debian or Ubuntu: sudo apt-get install python3-torch, then run with /usr/bin/python3; "
+                    "elsewhere: python3 -m pip install torch")
 SORTER = Path(__file__).resolve().parent.parent / "sorter"  # the C++ program, built by make
 
 PAD = 0             # token 0; digits are 1..max_digit and START is V - 1

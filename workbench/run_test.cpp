@@ -31,12 +31,15 @@ TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") 
 // A run that diverges stops at the step whose loss is not finite, names that step and what to try,
 // and leaves nothing behind: before, --lr 1.5 --steps 6000 exited 0 with "loss nan" in its table.
 // Output that cannot be written is an error: before, ./sorter > /dev/full exited 0.
+// (/dev/full, whose every write fails, is Linux's: elsewhere that half is skipped, and says so.)
 TEST_CASE("finish_output: a write error is reported with exit status 1") {
-    std::FILE* full = std::fopen("/dev/full", "w");
-    REQUIRE(full != nullptr);
-    std::fputs("final: exact-match 100.0%\n", full);
-    CHECK(finish_output(full, 0) == 1);
-    std::fclose(full);
+    if (std::FILE* full = std::fopen("/dev/full", "w")) {
+        std::fputs("final: exact-match 100.0%\n", full);
+        CHECK(finish_output(full, 0) == 1);
+        std::fclose(full);
+    } else {
+        MESSAGE("skipped: this system has no /dev/full, so the failing write is not tried here");
+    }
     std::FILE* fine = std::tmpfile();
     REQUIRE(fine != nullptr);
     std::fputs("final: exact-match 100.0%\n", fine);

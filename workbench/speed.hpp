@@ -6,6 +6,9 @@
 
 #include <sys/resource.h>  // getrusage (POSIX): peak memory for the benchmark
 #include <unistd.h>        // sysconf (POSIX): the processors online
+#ifdef __APPLE__
+#include <sys/sysctl.h>  // sysctlbyname: the CPU's name on macOS, which has no /proc/cpuinfo
+#endif
 
 #include <fstream>
 
@@ -87,13 +90,36 @@ inline void time_to_accuracy(const Options& o) {
                     1e6 * decode_seconds / decoded, chunk_size(o.model, o.data.seq_len));
 }
 
+// The CPU's name where the system says it: Linux's /proc/cpuinfo (x86's "model name"; ARM's has none),
+// macOS's sysctl. Elsewhere "unknown CPU".
+inline std::string cpu_name() {
+#ifdef __APPLE__
+    char name[256] = {};
+    std::size_t size = sizeof name - 1;
+    if (sysctlbyname("machdep.cpu.brand_string", name, &size, nullptr, 0) == 0 && name[0]) return name;
+#endif
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(": ") != std::string::npos)
+            return line.substr(line.find(": ") + 2);
+    return "unknown CPU";
+}
+
+// Peak resident memory in kB: getrusage's ru_maxrss is in kilobytes on Linux, in bytes on macOS.
+inline long peak_memory_kb() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+#ifdef __APPLE__
+    return long(usage.ru_maxrss / 1024);
+#else
+    return long(usage.ru_maxrss);
+#endif
+}
+
 // The speed table of docs/performance.md, every figure measured in this run. Each row
 // is a command line, as a user would type it after ./sorter --speed.
 inline void run_bench(const Options& o) {
-    std::string cpu = "unknown CPU";
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);)
-        if (line.rfind("model name", 0) == 0) cpu = line.substr(line.find(':') + 2);
+    std::string cpu = cpu_name();
     std::printf("sorter --bench: %ld processors online, %s; one thread\ncompiler: %s, flags: %s\n",
                 sysconf(_SC_NPROCESSORS_ONLN), cpu.c_str(), __VERSION__, SORTER_CXXFLAGS);
     const std::string mid = "--d-model 64 --heads 4 --d-ff 256 --enc-layers 2 --dec-layers 2 --seq-len 10";
@@ -122,7 +148,5 @@ inline void run_bench(const Options& o) {
     std::printf("  (default: %s; mid: %s)\n", size_text(DEFAULTS.model, DEFAULTS.data).c_str(),
                 size_text(m.model, m.data).c_str());
     time_to_accuracy(o);
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    std::printf("peak memory (resident set): %ld kB\n", usage.ru_maxrss);
+    std::printf("peak memory (resident set): %ld kB\n", peak_memory_kb());
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# fuzz/same-bits.sh NAME=COMMAND NAME=COMMAND ...: one seed gives the same bits from every build.
+#
+# Each build runs the golden configurations below, each in a folder of its own; every file a run writes
+# (checkpoints, step dumps, reports, pictures) and everything it prints must equal the first build's, byte
+# for byte. Only timings are masked (train-time, examples/s): they are the one thing allowed to differ.
+# A COMMAND may start with a runner, e.g.
+#   fuzz/same-bits.sh x86-64=./sorter "arm64=qemu-aarch64 /tmp/sorter-arm64"
+# .ci/run compares this way the x86-64 build with g++ against the builds without -march=native, with
+# clang++ (libstdc++ and libc++) and for ARM64 under qemu; it is also how a change that is not meant to
+# change results is checked against the commit before it. Exit status 1 when any file differs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 2 ] || { echo "usage: fuzz/same-bits.sh NAME=COMMAND NAME=COMMAND ... (at least two builds)" >&2; exit 2; }
+TRAIN_DATA=$PWD/docs/train-200.txt
+WORK=$(mktemp -d /tmp/sorter-same-bits-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# The golden configurations: one a line, run in this order (later lines load earlier checkpoints). Together
+# they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu.
+CONFIGS=$(cat <<EOF
+--steps 300 --save c01.txt
+--steps 150 --norm post --pos learned --act gelu --tie-embeddings --save c02.txt --dump-step d02.txt
+--steps 150 --pos random --min-len 2 --seq-len 6 --test-len 8 --save c03.txt
+--steps 150 --dropout 0.1 --attn-dropout 0.1 --label-smoothing 0.1 --clip 1 --save c04.txt --dump-step d04.txt
+--steps 150 --optimizer momentum --weight-decay 0.01 --save c05.txt
+--steps 150 --optimizer adam --schedule warmup --warmup 50 --d-model 32 --heads 4 --d-ff 64 --save c06.txt
+--steps 150 --rmsnorm --act swiglu --pos rope --kv-heads 1 --save c07.txt --dump-step d07.txt
+--steps 150 --pos alibi --heads 4 --d-model 16 --enc-layers 2 --dec-layers 2 --save c08.txt
+--steps 150 --llama --save c09.txt --beam 3 --sort 3 1 2 5
+--steps 150 --arch decoder-only --pos alibi --norm post --save c10.txt
+--load c01.txt --steps 50 --save c11.txt
+--load c06.txt --steps 50 --save c12.txt
+--steps 100 --train-data $TRAIN_DATA --min-len 2 --seq-len 6 --save c13.txt
+--steps 100 --task reverse --min-len 3 --seq-len 6 --report r14.html --svg svg14 --inspect
+--load c04.txt --beam 16 --sort 2 7 4 4 9
+--steps 100 --save-every 40 --save c16.txt
+EOF
+)
+
+# Timings are the only figures that may differ between builds.
+mask() {
+  sed -E -e 's/[0-9.]+ s of training/<t> s of training/g' -e 's/train-time [0-9.]+ s/train-time <t> s/g' \
+         -e 's/ in [0-9.]+ s/ in <t> s/g' -e 's/[0-9.,]+ (training )?examples\/s/<n> examples\/s/g' \
+         -e 's/[0-9.]+ us per/<t> us per/g'
+}
+
+names=()
+for build in "$@"; do
+  name=${build%%=*} command=${build#*=}
+  [ "$name" != "$build" ] && [ -n "$command" ] || { echo "same-bits: '$build' is not NAME=COMMAND" >&2; exit 2; }
+  read -r -a argv <<< "$command"
+  for i in "${!argv[@]}"; do  # the runs happen in folders of their own: ./sorter becomes /.../sorter
+    case ${argv[$i]} in /*) ;; */*) argv[$i]=$PWD/${argv[$i]} ;; esac
+  done
+  names+=("$name")
+  mkdir -p "$WORK/$name"
+  start=$(date +%s)
+  n=0
+  while read -r line; do
+    n=$((n + 1))
+    read -r -a args <<< "$line"
+    mkdir -p "$WORK/$name/svg14"
+    (cd "$WORK/$name" && "${argv[@]}" "${args[@]}" > "run$n.out" 2>&1; echo "exit status $?" >> "run$n.out")
+  done <<< "$CONFIGS"
+  for f in "$WORK/$name"/*.out "$WORK/$name"/*.html; do mask < "$f" > "$f.masked" && mv "$f.masked" "$f"; done
+  echo "$name: $n configurations in $(( $(date +%s) - start )) s ($command)"
+done
+
+first=${names[0]} status=0
+files=$(cd "$WORK/$first" && find . -type f | sort)
+for name in "${names[@]:1}"; do
+  differ=0
+  for f in $files; do
+    cmp -s "$WORK/$first/$f" "$WORK/$name/$f" || { echo "  differs: $f ($first and $name)"; differ=$((differ + 1)); }
+  done
+  extra=$(cd "$WORK/$name" && find . -type f | sort | comm -13 <(echo "$files") -)
+  [ -z "$extra" ] || { echo "  only $name wrote: $extra"; differ=$((differ + 1)); }
+  if [ $differ -eq 0 ]; then
+    echo "same bits: $name = $first ($(echo "$files" | wc -l) files: checkpoints, step dumps, report, pictures, output)"
+  else
+    echo "NOT the same bits: $name and $first differ in $differ files"; status=1
+  fi
+done
+exit $status
