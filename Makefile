@@ -10,6 +10,8 @@
 #   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 #   make signals     Ctrl-C, kill, hang-up and kill -9 at random moments of real runs, every output checked
+#   make web         sorter.html: one page that trains sorter live in a browser (needs emscripten)
+#   make check-web   that page in headless Chromium: trains the default model, screenshots (needs node, chromium)
 #
 # Any C++17 compiler: make CXX=clang++, make CXX="clang++ -stdlib=libc++", make CXX=aarch64-linux-gnu-g++.
 # GNU make 3.81 (macOS's own) is enough.
@@ -41,7 +43,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest
+.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest web check-web
 
 all: sorter
 
@@ -161,10 +163,35 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
 	done
 
+# make web: sorter.html, one page that trains sorter in the browser: workbench/web.html around the WebAssembly
+# build of workbench/web.hpp (the same sources), inlined, so that the page opens from a file, offline. Needs
+# emscripten (Debian: apt-get install emscripten). NODE_PATH: where Debian keeps the JavaScript parser em++ uses.
+EMXX      ?= em++
+WEB_FLAGS := -O3 -msimd128 -mbulk-memory -fwasm-exceptions -s SINGLE_FILE=1 -s MODULARIZE=1 \
+             -s EXPORT_NAME=createSorter -s ENVIRONMENT=worker -s ALLOW_MEMORY_GROWTH=1 \
+             -s EXPORTED_FUNCTIONS=_web_call -s EXPORTED_RUNTIME_METHODS=cwrap
+web: sorter.html
+sorter.html: workbench/web.html $(HEADERS) $(WORKBENCH) Makefile
+	@command -v $(EMXX) >/dev/null || \
+	  { echo "make web needs emscripten's em++ (Debian: sudo apt-get install emscripten)"; exit 1; }
+	printf '#include "workbench/web.hpp"\n' | NODE_PATH="$${NODE_PATH:+$$NODE_PATH:}/usr/share/nodejs" \
+	  $(EMXX) $(FIXED) $(WEB_FLAGS) -I. -x c++ -o sorter-web.js -
+	@! grep -qi '</script' sorter-web.js || { echo "make web: the build contains </script"; exit 1; }
+	awk '/^@SORTER_JS@$$/ { while ((getline line < "sorter-web.js") > 0) print line; next } { print }' \
+	  workbench/web.html > $@.tmp && mv $@.tmp $@ && rm -f sorter-web.js
+	@echo "wrote $@ ($$(wc -c < $@) bytes): open it in a browser"
+
+# sorter.html in headless Chromium (docs/check-web; needs node and chromium): it trains the default model to the
+# end, offline; no console error, 100% at the end, ./sorter's figures beside the page's, screenshots to look at.
+check-web: sorter sorter.html
+	@command -v node >/dev/null || { echo "make check-web needs node (Debian: sudo apt-get install nodejs)"; exit 1; }
+	@docs/check-web
+
 # fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each).
 SIGNAL_RUNS ?= 40 10 10 10
 signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o workbench-tests.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-*
+	rm -f sorter tests tests.o workbench-tests.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	  sorter.html sorter-web.js
