@@ -3,14 +3,14 @@
 // sources as ./sorter: no second copy of the model or of training, only calls into them.
 //
 //   start(flags)         a new model and data from --help's flags (the page's form writes them)
-//   train(n)             n steps of train_step, each step's loss, and each block's gradient size
+//   train(n)             n steps of train_step, each step's loss, and each block's gradient size at the last one
 //   evaluate()           one row of the training table: held-out exact match, token accuracy, held-out loss
 //   watched()            the three held-out inputs the run watches, decoded now
 //   attention(digits)    every layer's and head's attention map, for an input the learner chose
 //   decode(digits, beam) greedy decoding, and a beam search's hypotheses
 //   checkpoint()         the model as a checkpoint file's text; load(text) reads one back
 //
-// Inference-side and page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively.
+// Page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively, in make test.
 #pragma once
 
 #include <memory>
@@ -77,10 +77,13 @@ struct Lab {
             if (names.empty() || names.back() != block_of(name)) names.push_back(block_of(name));
         return names;
     }
-    void begin() {  // the run's data, and what it watches
-        data = std::make_unique<Dataset>(options.data, std::vector<std::vector<int>>());
-        if (data->held_out.empty()) fail("no held-out set is possible with these settings: raise the length or digits");
-        history = History();
+    // A new run takes the place of the one before only once all of it is made: a refusal keeps the old one whole.
+    void adopt(const Options& o, std::unique_ptr<Transformer> m, std::unique_ptr<TrainState> s, const Origin& from,
+               long last_step) {
+        auto d = std::make_unique<Dataset>(o.data, std::vector<std::vector<int>>());
+        if (d->held_out.empty()) fail("no held-out set is possible with these settings: raise seq-len");
+        options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d), last = last_step;
+        history = History();  // (its pointers into the old model go with it)
         history.decoding = options.decode;
         history.watched = watched_examples(*data);
     }
@@ -90,30 +93,34 @@ struct Lab {
         for (const std::string& w : words)
             if (std::find(PAGE_REFUSED.begin(), PAGE_REFUSED.end(), w) != PAGE_REFUSED.end())
                 fail(w + " is not for the page: its buttons save, load and decode");
-        options = parse_options(words);
-        state = std::make_unique<TrainState>(options.train, options.seed);
-        origin = Origin();
-        origin.seed = long(options.seed);
-        model = std::make_unique<Transformer>(options.model, options.seed);
-        last = options.train.steps;
-        begin();
+        Options o = parse_options(words);
+        Origin from;
+        from.seed = long(o.seed);
+        adopt(o, std::make_unique<Transformer>(o.model, o.seed), std::make_unique<TrainState>(o.train, o.seed), from,
+              o.train.steps);
         return describe();
     }
 
     // n steps (no further than the last), as train_run takes them; the losses, and the last step's gradient sizes.
     std::string train(long n) {
         std::vector<double> losses;
-        for (long k = 0; k < n && state->updates < last; k++) {
+        std::string diverged;  // a loss that is not finite ends the slice, and the page says what to do
+        for (long k = 0; k < n && state->updates < last && diverged.empty(); k++) {
             double loss = train_step(*model, *data, options.train, *state, last);
-            record_loss(history, loss, state->updates, options.train.lr);
+            if (!std::isfinite(loss))
+                diverged = fmt("training diverged at step %ld (the loss is not a number): press Reset, with a smaller "
+                               "lr than %g", state->updates, options.train.lr);
+            else record_loss(history, loss, state->updates, options.train.lr);
             losses.push_back(loss);
         }
         if (!losses.empty()) record_gradient_norms(*model, history);
         std::vector<double> norms;  // only the latest step's are kept
         if (!history.gradient_norms.empty()) norms = history.gradient_norms.back();
         history.gradient_norms.clear();
-        return fmt("{\"step\":%ld,\"losses\":%s,\"gradients\":%s}", state->updates,
-                   json_list(losses, json_number).c_str(), json_list(norms, json_number).c_str());
+        if (!diverged.empty()) last = state->updates;  // nothing more to train: the weights are not numbers
+        return fmt("{\"step\":%ld,\"last\":%ld,\"losses\":%s,\"gradients\":%s%s}", state->updates, last,
+                   json_list(losses, json_number).c_str(), json_list(norms, json_number).c_str(),
+                   diverged.empty() ? "" : (",\"diverged\":" + json_text(diverged)).c_str());
     }
 
     // One row of the training table (print_evaluation's figures).
@@ -180,21 +187,19 @@ struct Lab {
         if (!whole) fail("could not read the checkpoint back");
         return text;
     }
-    // A checkpoint's text, as ./sorter --load reads it; training goes on to its planned steps, or `steps` more.
+    // A checkpoint's text, as ./sorter --load reads it. Training goes on `steps` more; with 0, to the steps its run
+    // planned (as --finish does), or none when the file does not say.
     std::string load(const std::string& text, long steps) {
         std::istringstream in(text);
         Options o;
-        auto loaded_state = std::make_unique<TrainState>(o.train, o.seed);
-        Origin loaded_origin;
-        Transformer loaded = read_checkpoint(in, "the checkpoint", o.data, o.train, *loaded_state, loaded_origin);
-        options = o;
-        options.model = loaded.config;
-        model = std::make_unique<Transformer>(std::move(loaded));
-        state = std::move(loaded_state);
-        origin = loaded_origin;
-        if (origin.seed >= 0) options.seed = uint64_t(origin.seed);
-        last = state->updates + steps;
-        begin();
+        auto s = std::make_unique<TrainState>(o.train, o.seed);
+        Origin from;
+        auto m = std::make_unique<Transformer>(read_checkpoint(in, "the checkpoint", o.data, o.train, *s, from));
+        o.model = m->config;
+        if (from.seed >= 0) o.seed = uint64_t(from.seed);
+        const long updates = s->updates;
+        adopt(o, std::move(m), std::move(s), from,
+              steps > 0 ? updates + steps : std::max(updates, from.planned_steps));
         return describe();
     }
 };
@@ -217,6 +222,8 @@ inline std::string web_answer(Lab& lab, const std::string& command, const std::s
         fail("unknown command " + command);
     } catch (const UsageError& e) {
         return fmt("{\"error\":%s}", json_text(e.message).c_str());
+    } catch (const std::exception& e) {  // out of memory, say: the page says so and carries on
+        return fmt("{\"error\":%s}", json_text(std::string("error: ") + e.what()).c_str());
     }
 }
 

@@ -11,7 +11,7 @@ inline double json_field(const std::string& json, const std::string& key) {
 }
 
 // The page trains in pieces of its own size (here 25, then 35 steps), and its checkpoint is the program's, byte
-// for byte; its evaluation is the final row's.
+// for byte; its evaluation scores as many held-out sequences right as the program's final line.
 TEST_CASE("web: the page's steps and checkpoint are ./sorter's") {
     TempDir dir("web");
     const std::string saved = dir.file("m.txt");
@@ -19,7 +19,9 @@ TEST_CASE("web: the page's steps and checkpoint are ./sorter's") {
     Lab lab;
     std::string started = web_answer(lab, "start", "--steps 60 --eval-every 60 --dropout 0.1", 0);
     CHECK(json_field(started, "last") == 60);
-    CHECK(json_field(started, "parameters") == parameter_count(lab.model->config));
+    long values = 0;
+    for (auto& named : lab.model->parameters()) values += long(named.second->value.data.size());
+    CHECK(json_field(started, "parameters") == values);
     CHECK(json_field(web_answer(lab, "train", "", 25), "step") == 25);
     std::string trained = web_answer(lab, "train", "", 100);  // no further than --steps
     CHECK(json_field(trained, "step") == 60);
@@ -47,6 +49,19 @@ TEST_CASE("web: a checkpoint loads and trains on") {
     CHECK(other.checkpoint() == again);
     CHECK(json_field(web_answer(other, "train", "", 30), "step") == 50);
     CHECK(contains(web_answer(other, "load", "not a checkpoint", 1), "\"error\":\"the checkpoint"));
+    CHECK(json_field(other.describe(), "step") == 50);  // a file refused leaves the model as it was
+    Lab finishing;  // steps 0: on to the steps its run planned, as --finish
+    CHECK(json_field(web_answer(finishing, "load", text, 0), "last") == 20);
+}
+
+// A rate that makes the loss overflow: the slice ends at that step, says what to do, and trains no further.
+TEST_CASE("web: a run that diverges stops and says so") {
+    Lab lab;
+    web_answer(lab, "start", "--lr 10 --steps 300", 0);
+    std::string trained = web_answer(lab, "train", "", 300);
+    CHECK(contains(trained, "\"diverged\":\"training diverged at step"));
+    CHECK(json_field(trained, "last") == json_field(trained, "step"));
+    CHECK(json_field(trained, "step") < 300);
 }
 
 // What the page draws: every layer's and head's map, the watched inputs, a typed input decoded.
