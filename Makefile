@@ -31,7 +31,8 @@ CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # -ffp-contract=off: never fuse a * b + c into one FMA instruction. A fused multiply-add rounds
 # once instead of twice, which changes every result in the last bit, and training then drifts
 # away from the figures printed by a plain build. With it off, every build computes the same numbers.
-FIXED    := -std=c++17 -ffp-contract=off
+# -pthread: --threads runs std::threads (older C libraries and some systems link them only with this flag).
+FIXED    := -std=c++17 -ffp-contract=off -pthread
 HEADERS  := matrix.hpp model.hpp train.hpp
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
@@ -175,7 +176,7 @@ sorter.html: workbench/web.html $(HEADERS) $(WORKBENCH) Makefile
 	@command -v $(EMXX) >/dev/null || \
 	  { echo "make web needs emscripten's em++ (Debian: sudo apt-get install emscripten)"; exit 1; }
 	printf '#include "workbench/web.hpp"\n' | NODE_PATH="$${NODE_PATH:+$$NODE_PATH:}/usr/share/nodejs" \
-	  $(EMXX) $(FIXED) $(WEB_FLAGS) -I. -x c++ -o sorter-web.js -
+	  $(EMXX) $(filter-out -pthread,$(FIXED)) $(WEB_FLAGS) -I. -x c++ -o sorter-web.js -
 	@! grep -qi '</script' sorter-web.js || { echo "make web: the build contains </script"; exit 1; }
 	awk '/^@SORTER_JS@$$/ { while ((getline line < "sorter-web.js") > 0) print line; next } { print }' \
 	  workbench/web.html > $@.tmp && mv $@.tmp $@ && rm -f sorter-web.js

@@ -19,8 +19,13 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 // ---------------------------------------------------------------------------------------------
@@ -356,6 +361,106 @@ inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
 // row fill the vector lanes. Same bits as the loops above (tests.cpp checks), which stay the reference.
 constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the fastest tile measured here
 
+// Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges,
+// one a thread; each output entry is computed by one thread, exactly as one thread alone would compute it, so N
+// changes no bit of any result. Work under PARALLEL_WORK multiply-adds (about 10 us) stays on the calling
+// thread: waking another costs more than it would gain.
+constexpr double PARALLEL_WORK = 1e5;
+class Threads {
+  public:
+    int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers
+    void set_count(int n) {                                 // n >= 1: n - 1 workers
+        stop();
+        quit = false;
+        for (int k = 1; k < n; k++) workers.emplace_back([this, k, now = long(round)] { serve(k, now); });
+    }
+    ~Threads() { stop(); }
+    // job(k) for k = 0 .. count()-1, k = 0 on the calling thread; returns when all are done. Called from inside
+    // a job (a product inside a sequence's attention), it runs every k there, in turn.
+    void run(const std::function<void(int)>& job) {
+        if (workers.empty() || inside) {
+            for (int k = 0; k < count(); k++) job(k);
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> hold(lock);
+            current = &job;
+            busy = int(workers.size());
+            round++;
+        }
+        wake.notify_all();
+        inside = true;
+        job(0);
+        inside = false;
+        for (int spin = 0; busy > 0 && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
+        std::unique_lock<std::mutex> hold(lock);
+        finished.wait(hold, [&] { return busy == 0; });
+    }
+
+  private:
+    static constexpr int SPINS = 20000;  // yields (about 0.1 ms) a thread waits awake before it sleeps
+    std::vector<std::thread> workers;
+    std::mutex lock;
+    std::condition_variable wake, finished;
+    const std::function<void(int)>* current = nullptr;
+    std::atomic<long> round{0};
+    std::atomic<int> busy{0};
+    bool quit = false;
+    static inline thread_local bool inside = false;  // this thread is running a job
+
+    void serve(int k, long seen) {  // seen: the round before this worker's first
+        for (;;) {
+            for (int spin = 0; round == seen && spin < SPINS; spin++) std::this_thread::yield();
+            {
+                std::unique_lock<std::mutex> hold(lock);
+                wake.wait(hold, [&] { return round != seen || quit; });
+                if (quit) return;
+                seen = round;
+            }
+            inside = true;
+            (*current)(k);
+            inside = false;
+            std::lock_guard<std::mutex> hold(lock);
+            if (--busy == 0) finished.notify_one();
+        }
+    }
+    void stop() {
+        {
+            std::lock_guard<std::mutex> hold(lock);
+            quit = true;
+        }
+        wake.notify_all();
+        for (std::thread& t : workers) t.join();
+        workers.clear();
+    }
+};
+inline Threads threads;  // the program's one pool: one thread (no workers) until --threads sets it
+
+// work(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
+// one a thread; with `work` (multiply-adds, or the like) under PARALLEL_WORK, all of it on the calling thread.
+template <class Work>
+inline void parallel_for(int n, int grain, double work, Work&& ranges) {
+    const int grains = (n + grain - 1) / grain, parts = work < PARALLEL_WORK ? 1 : std::min(threads.count(), grains);
+    if (parts <= 1) {
+        if (n > 0) ranges(0, n);
+        return;
+    }
+    threads.run([&](int k) {
+        if (k >= parts) return;
+        const int begin = std::min(n, k * grains / parts * grain), end = std::min(n, (k + 1) * grains / parts * grain);
+        if (begin < end) ranges(begin, end);
+    });
+}
+
+// each(e) for e = 0 .. n-1, on the threads as parallel_for cuts them: model.hpp's sequences, which attend only to
+// their own rows.
+template <class Each>
+inline void parallel_each(int n, double work, Each&& each) {
+    parallel_for(n, 1, work, [&](int begin, int end) {
+        for (int e = begin; e < end; e++) each(e);
+    });
+}
+
 // Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum.
 // op(A)[i][p] is A[i * a_row + p * a_col]: A itself (a_row = its cols, a_col = 1) or A transposed.
 template <int R, int W>
@@ -374,18 +479,37 @@ inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::siz
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = sum[r][w];
 }
-template <int R>  // rows i0 .. i0+R-1 of C: tiles of TILE_COLS columns, then the columns left over
-inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B, int i0) {
-    int j = 0;
-    for (; j + TILE_COLS <= C.cols; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, i0, j);
-    for (; j < C.cols; j++) product_tile<R, 1>(C, A, a_row, a_col, B, i0, j);
+template <int R>  // rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of TILE_COLS columns, then those left over
+inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B, int i0,
+                         int j0, int j1) {
+    int j = j0;
+    for (; j + TILE_COLS <= j1; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, i0, j);
+    for (; j < j1; j++) product_tile<R, 1>(C, A, a_row, a_col, B, i0, j);
+}
+// Rows i0 .. i1-1, columns j0 .. j1-1 of C += op(A) B: TILE_ROWS rows at a time, then the 1 to 5 left over.
+inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, int i0, int i1, int j0,
+                          int j1) {
+    const double* a = A.data.data();
+    std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
+    int i = i0;
+    for (; i + TILE_ROWS <= i1; i += TILE_ROWS) product_rows<TILE_ROWS>(C, a, a_row, a_col, B, i, j0, j1);
+    switch (i1 - i) {
+    case 5: product_rows<5>(C, a, a_row, a_col, B, i, j0, j1); break;
+    case 4: product_rows<4>(C, a, a_row, a_col, B, i, j0, j1); break;
+    case 3: product_rows<3>(C, a, a_row, a_col, B, i, j0, j1); break;
+    case 2: product_rows<2>(C, a, a_row, a_col, B, i, j0, j1); break;
+    case 1: product_rows<1>(C, a, a_row, a_col, B, i, j0, j1); break;
+    default: break;
+    }
 }
 // C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
+// With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), one a thread.
 inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B) {
-    std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
-    int i = 0;
-    for (; i + TILE_ROWS <= C.rows; i += TILE_ROWS) product_rows<TILE_ROWS>(C, A.data.data(), a_row, a_col, B, i);
-    for (; i < C.rows; i++) product_rows<1>(C, A.data.data(), a_row, a_col, B, i);  // the rows left over
+    const double work = double(C.rows) * C.cols * B.rows;  // multiply-adds
+    if (C.rows >= TILE_ROWS * threads.count() || C.cols < TILE_COLS * threads.count())
+        parallel_for(C.rows, TILE_ROWS, work, [&](int i0, int i1) { product_block(C, A, A_transposed, B, i0, i1, 0, C.cols); });
+    else
+        parallel_for(C.cols, TILE_COLS, work, [&](int j0, int j1) { product_block(C, A, A_transposed, B, 0, C.rows, j0, j1); });
 }
 inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n), 8 rows of X at a time: each row of Y
     Matrix Y(X.cols, X.rows);                 // gets 8 neighbours at once, and the 8 rows read stay cached

@@ -383,6 +383,11 @@ struct MultiHeadAttention {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
+    // The work of n_seq sequences' heads for parallel_each (matrix.hpp; about 600 multiply-adds' worth a head besides
+    // its products); with attention dropout 0: its draws must come in order, so the sequences run in turn.
+    double sequence_work(int n_seq, int T, int S) const {
+        return dropout_draws && attn_dropout > 0.0 ? 0.0 : double(n_seq) * n_heads * (2.0 * T * S * d_k + 600.0);
+    }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o. The
     // queries' positions start at first_query (ALiBi's distances; decoding's newest row is further on).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq,
@@ -390,7 +395,7 @@ struct MultiHeadAttention {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
-        for (int e = 0; e < n_seq; e++)
+        parallel_each(n_seq, sequence_work(n_seq, T, S), [&](int e) {  // sequences at once (--threads): each its rows
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
@@ -400,6 +405,7 @@ struct MultiHeadAttention {
                                        first_query);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
+        });
         return W_o.forward(joined);
     }
     // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
@@ -409,7 +415,7 @@ struct MultiHeadAttention {
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
         int group = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        for (int e = 0; e < n_seq; e++)
+        parallel_each(n_seq, sequence_work(n_seq, T, S), [&](int e) {
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
@@ -421,6 +427,7 @@ struct MultiHeadAttention {
                 add_into_block(dK_h, e * S, kv_col, dK);
                 add_into_block(dV_h, e * S, kv_col, dV);
             }
+        });
         // forward: Q and K turned by position (rotary): turned back
         dQ = turned(std::move(dQ), T, 0, -1.0);
         dK = turned(std::move(dK), S, 0, -1.0);

@@ -320,6 +320,36 @@ TEST_CASE("fast kernels: the same bits as the plain loops") {
     }
 }
 
+// --threads N (matrix.hpp's Threads): every entry of a product is still summed by one thread in the plain loop's
+// order, so 1, 2, 3 and 8 threads give the plain loops' bits. The shapes are large enough to be cut (above
+// PARALLEL_WORK): by rows, by columns (7 rows), ranges ending mid-tile, more threads than tiles.
+TEST_CASE("threads: the fast kernels give the plain loops' bits on 1, 2, 3 and 8 threads") {
+    Rng rng(12);
+    for (std::array<int, 3> shape : {std::array<int, 3>{67, 40, 61}, {7, 300, 101}, {130, 129, 13}, {200, 2, 300}}) {
+        int n = shape[0], k = shape[1], m = shape[2];
+        REQUIRE(double(n) * k * m >= PARALLEL_WORK);
+        Matrix A = random_matrix(n, k, rng), B = random_matrix(k, m, rng), Bt = random_matrix(m, k, rng);
+        Matrix dC = random_matrix(n, m, rng), dA0 = random_matrix(n, k, rng), dB0 = random_matrix(k, m, rng);
+        Matrix dA1 = dA0, dB1 = dB0, dBt1 = random_matrix(m, k, rng), dA3 = dA0, dBt3 = dBt1;
+        matmul_backward(dC, A, B, dA1, dB1);
+        matmul_bt_backward(dC, A, Bt, dA3, dBt3);
+        for (int count : {1, 2, 3, 8}) {
+            threads.set_count(count);
+            INFO(n << " x " << k << " x " << m << " on " << count << " threads");
+            CHECK(matmul(A, B).data == matmul_fast(A, B).data);
+            CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
+            Matrix dA2 = dA0, dB2 = dB0, dA4 = dA0, dBt4 = dBt1;
+            matmul_backward_fast(dC, A, B, dA2, dB2);
+            matmul_bt_backward_fast(dC, A, Bt, dA4, dBt4);
+            CHECK(dA1.data == dA2.data);
+            CHECK(dB1.data == dB2.data);
+            CHECK(dA3.data == dA4.data);
+            CHECK(dBt3.data == dBt4.data);
+        }
+    }
+    threads.set_count(1);
+}
+
 // Softmax must not overflow: a logit of 1000 would make exp() infinite without the row max
 // subtracted. Known values: softmax(1000, 999, -1000) = (1 / (1 + e^-1), e^-1 / (1 + e^-1), ~e^-2000),
 // and e^-2000 is below the smallest double, so it is exactly 0. softmax(1, 2, 3) from a calculator.
@@ -1505,6 +1535,68 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     // greedy decoding of the stack: the same outputs as one source at a time
     std::vector<std::vector<int>> together = greedy_decode(stacked, sources, d.seq_len);
     for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, {sources[i]}, d.seq_len)[0]);
+}
+
+// --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
+// moments and losses, and greedy decoding the same outputs. Sizes large enough to be cut (products above
+// PARALLEL_WORK, sequences' attention too); SGD and Adam; today's blocks (decoder-only, rotary, grouped-query,
+// SwiGLU, RMSNorm); variable lengths with post-norm, GELU and ALiBi; and attention dropout, whose sequences run in
+// turn, beside dropout elsewhere.
+TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 threads") {
+    struct Case { std::string name; std::function<void(ModelConfig&, DataConfig&, TrainConfig&)> set; };
+    std::vector<Case> cases = {
+        {"mid-like, SGD", [](ModelConfig&, DataConfig&, TrainConfig&) {}},
+        {"Adam, clip, weight decay", [](ModelConfig&, DataConfig&, TrainConfig& t) {
+             t.optimizer = OptimizerKind::adam, t.lr = 0.003, t.clip = 1.0, t.weight_decay = 0.01;
+         }},
+        {"decoder-only, rotary, grouped-query, SwiGLU, RMSNorm", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.arch = Arch::decoder_only, m.enc_layers = 0, m.positions = Positions::rope, m.kv_heads = 2;
+             m.activation = Activation::swiglu, m.rms_norm = true;
+         }},
+        {"variable lengths, post-norm, GELU, ALiBi", [](ModelConfig& m, DataConfig& d, TrainConfig&) {
+             d.min_len = 3, m.norm = Norm::post, m.activation = Activation::gelu, m.positions = Positions::alibi;
+         }},
+        {"dropout and attention dropout", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.dropout = 0.1, m.attn_dropout = 0.1;
+         }},
+    };
+    for (const Case& c : cases) {
+        DataConfig d;
+        d.seq_len = 8;
+        ModelConfig m;
+        m.d_model = 32, m.n_heads = 4, m.d_ff = 128;
+        TrainConfig t;
+        t.batch = 24;
+        c.set(m, d, t);
+        m = fit_to_data(m, d);
+        Dataset data(d, {}, 60, 7);
+        Inputs held = inputs_of(data.held_out, 0, data.held_out.size());
+        struct Run { std::vector<Matrix> values, moments; std::vector<double> losses; std::vector<std::vector<int>> out; };
+        auto run = [&](int count) {
+            threads.set_count(count);
+            Transformer model(m, 3);
+            TrainState state(t, 3);
+            Run r;
+            for (int step = 0; step < 4; step++) r.losses.push_back(train_step(model, data, t, state, 4));
+            for (auto& [name, param] : model.parameters()) r.values.push_back(param->value);
+            for (const std::vector<Matrix>* means : {&state.optimizer.m, &state.optimizer.s})
+                r.moments.insert(r.moments.end(), means->begin(), means->end());
+            r.out = greedy_decode(model, held.sources, d.seq_len);
+            return r;
+        };
+        const Run one = run(1);
+        for (int count : {2, 3, 8}) {
+            INFO(c.name << " on " << count << " threads");
+            const Run many = run(count);
+            CHECK(many.losses == one.losses);
+            CHECK(many.out == one.out);
+            REQUIRE(many.values.size() == one.values.size());
+            for (std::size_t i = 0; i < one.values.size(); i++) CHECK(many.values[i].data == one.values[i].data);
+            REQUIRE(many.moments.size() == one.moments.size());
+            for (std::size_t i = 0; i < one.moments.size(); i++) CHECK(many.moments[i].data == one.moments[i].data);
+        }
+    }
+    threads.set_count(1);
 }
 
 // The real thing: the default model, seed 1, batch 32, lr 0.3, the same weights and the same

@@ -6,6 +6,10 @@
 // flags; the lines a run prints about its settings.
 #pragma once
 
+#ifdef __linux__
+#include <sched.h>  // sched_getaffinity: the cores this process may use
+#endif
+
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -23,7 +27,7 @@ constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
 constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
-constexpr long MAX_BEAM = 64;
+constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
 constexpr double MAX_LENGTH_PENALTY = 5.0;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
@@ -46,6 +50,7 @@ struct Options {
     bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // one of DEMO_NAMES
+    int threads = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;
 const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
@@ -136,6 +141,15 @@ template <typename Member>
 Flag path_flag(const std::string& name, const std::string& value, const std::string& help, bool fixed, Member m) {
     return {name, value, help, fixed, [=](Options& o, Args& a) { member(o, m) = a.value(help); },
             [=](const Options& o) { return member(o, m).empty() ? "" : name + " " + member(o, m); }};
+}
+// The cores this process may run on: Linux's affinity mask (taskset, a container's cpuset), else what the C++ library
+// says, else 1.
+inline int cores_available() {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    return std::max(1u, std::thread::hardware_concurrency());
 }
 inline std::string default_lr_text() {  // "0.2; 0.02 with momentum, 0.001 with adam": each optimizer's row
     std::string text = fmt("%g", OPTIMIZERS[0].default_lr);
@@ -292,6 +306,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &O::bench),
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
+            {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
+             "same, bit for bit, for any N (default: the cores available, here %d; at most %ld)", cores_available(),
+             MAX_THREADS), false,
+             [](O& o, Args& a) { o.threads = int(a.whole(1, MAX_THREADS)); },
+             [](const O& o) { return o.threads == 0 ? "" : fmt("--threads %d", o.threads); }},
             switch_flag("--help", "this text", false, true, &O::help)}},
     };
     return table;
@@ -391,6 +410,7 @@ inline Options parse_options(int argc, char** argv) {
         fail("--enc-layers with --arch decoder-only: a decoder-only model has no encoder; --dec-layers N sets its "
              "blocks");
     if (m.arch == Arch::decoder_only) m.enc_layers = 0;
+    if (o.threads == 0) o.threads = std::min(cores_available(), int(MAX_THREADS));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);

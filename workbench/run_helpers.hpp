@@ -33,6 +33,7 @@ inline std::string run_output(const std::vector<std::string>& args) {
 inline pid_t start_run(const std::vector<std::string>& args, const std::string& log, int out = -1) {
     std::fflush(stdout);  // else the child would print what the test's own buffer still holds, into its log
     std::fflush(stderr);
+    threads.set_count(1);  // a child has only the forking thread: no workers of the pool may be left to join
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid != 0) return pid;
