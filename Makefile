@@ -7,7 +7,7 @@
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
-#   make compare     sorter beside the PyTorch twin, one thread each (reference/; needs python3-torch)
+#   make compare     sorter beside the PyTorch twin, on one thread and on all cores (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
 #   make signals     Ctrl-C, kill, hang-up and kill -9 at random moments of real runs, every output checked
 #   make web         sorter.html: one page that trains sorter live in a browser (needs emscripten)

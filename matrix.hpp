@@ -461,14 +461,15 @@ inline void parallel_each(int n, double work, Each&& each) {
     });
 }
 
-// Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum.
+// Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum (or, with
+// add_at_end, summed from 0 and then added to C, as matmul_backward's dA is).
 // op(A)[i][p] is A[i * a_row + p * a_col]: A itself (a_row = its cols, a_col = 1) or A transposed.
 template <int R, int W>
 inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B,
-                         int i0, int j0) {
+                         bool add_at_end, int i0, int j0) {
     double sum[R][W];
     for (int r = 0; r < R; r++)
-        for (int w = 0; w < W; w++) sum[r][w] = C.at(i0 + r, j0 + w);
+        for (int w = 0; w < W; w++) sum[r][w] = add_at_end ? 0.0 : C.at(i0 + r, j0 + w);
     for (int p = 0; p < B.rows; p++) {
         double a[R];
         for (int r = 0; r < R; r++) a[r] = A[(i0 + r) * a_row + p * a_col];
@@ -477,39 +478,41 @@ inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::siz
             for (int r = 0; r < R; r++) sum[r][w] += a[r] * b[w];
     }
     for (int r = 0; r < R; r++)
-        for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = sum[r][w];
+        for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = add_at_end ? C.at(i0 + r, j0 + w) + sum[r][w] : sum[r][w];
 }
 template <int R>  // rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of TILE_COLS columns, then those left over
-inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B, int i0,
-                         int j0, int j1) {
+inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B,
+                         bool add_at_end, int i0, int j0, int j1) {
     int j = j0;
-    for (; j + TILE_COLS <= j1; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, i0, j);
-    for (; j < j1; j++) product_tile<R, 1>(C, A, a_row, a_col, B, i0, j);
+    for (; j + TILE_COLS <= j1; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, add_at_end, i0, j);
+    for (; j < j1; j++) product_tile<R, 1>(C, A, a_row, a_col, B, add_at_end, i0, j);
 }
 // Rows i0 .. i1-1, columns j0 .. j1-1 of C += op(A) B: TILE_ROWS rows at a time, then the 1 to 5 left over.
-inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, int i0, int i1, int j0,
-                          int j1) {
+inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end, int i0,
+                          int i1, int j0, int j1) {
     const double* a = A.data.data();
     std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
     int i = i0;
-    for (; i + TILE_ROWS <= i1; i += TILE_ROWS) product_rows<TILE_ROWS>(C, a, a_row, a_col, B, i, j0, j1);
+    for (; i + TILE_ROWS <= i1; i += TILE_ROWS) product_rows<TILE_ROWS>(C, a, a_row, a_col, B, add_at_end, i, j0, j1);
     switch (i1 - i) {
-    case 5: product_rows<5>(C, a, a_row, a_col, B, i, j0, j1); break;
-    case 4: product_rows<4>(C, a, a_row, a_col, B, i, j0, j1); break;
-    case 3: product_rows<3>(C, a, a_row, a_col, B, i, j0, j1); break;
-    case 2: product_rows<2>(C, a, a_row, a_col, B, i, j0, j1); break;
-    case 1: product_rows<1>(C, a, a_row, a_col, B, i, j0, j1); break;
+    case 5: product_rows<5>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
+    case 4: product_rows<4>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
+    case 3: product_rows<3>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
+    case 2: product_rows<2>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
+    case 1: product_rows<1>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
     default: break;
     }
 }
 // C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
 // With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), one a thread.
-inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B) {
+inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end = false) {
     const double work = double(C.rows) * C.cols * B.rows;  // multiply-adds
     if (C.rows >= TILE_ROWS * threads.count() || C.cols < TILE_COLS * threads.count())
-        parallel_for(C.rows, TILE_ROWS, work, [&](int i0, int i1) { product_block(C, A, A_transposed, B, i0, i1, 0, C.cols); });
+        parallel_for(C.rows, TILE_ROWS, work,
+                     [&](int i0, int i1) { product_block(C, A, A_transposed, B, add_at_end, i0, i1, 0, C.cols); });
     else
-        parallel_for(C.cols, TILE_COLS, work, [&](int j0, int j1) { product_block(C, A, A_transposed, B, 0, C.rows, j0, j1); });
+        parallel_for(C.cols, TILE_COLS, work,
+                     [&](int j0, int j1) { product_block(C, A, A_transposed, B, add_at_end, 0, C.rows, j0, j1); });
 }
 inline Matrix transpose(const Matrix& X) {  // X (n, m) -> (m, n), 8 rows of X at a time: each row of Y
     Matrix Y(X.cols, X.rows);                 // gets 8 neighbours at once, and the 8 rows read stay cached
@@ -528,7 +531,7 @@ inline Matrix matmul_fast(const Matrix& A, const Matrix& B) {
 inline Matrix matmul_bt_fast(const Matrix& A, const Matrix& B) { return matmul_fast(A, transpose(B)); }
 // Same as matmul_backward(dC, A, B, dA, dB).
 inline void matmul_backward_fast(const Matrix& dC, const Matrix& A, const Matrix& B, Matrix& dA, Matrix& dB) {
-    accumulate(dA, matmul_fast(dC, transpose(B)));  // da = sum over j, in order, from 0; then dA += da
+    product_into(dA, dC, false, transpose(B), true);  // da = sum over j, in order, from 0; then dA += da
     product_into(dB, A, true, dC);                  // dB[p][j] += A[i][p] dC[i][j], over i in order
 }
 // Same as matmul_bt_backward(dC, A, B, dA, dB): both continue their sums from what they hold.

@@ -383,10 +383,10 @@ struct MultiHeadAttention {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
-    // The work of n_seq sequences' heads for parallel_each (matrix.hpp; about 600 multiply-adds' worth a head besides
+    // The work of n_seq sequences' heads for parallel_each (matrix.hpp; about 5000 multiply-adds' worth a head besides
     // its products); with attention dropout 0: its draws must come in order, so the sequences run in turn.
     double sequence_work(int n_seq, int T, int S) const {
-        return dropout_draws && attn_dropout > 0.0 ? 0.0 : double(n_seq) * n_heads * (2.0 * T * S * d_k + 600.0);
+        return dropout_draws && attn_dropout > 0.0 ? 0.0 : double(n_seq) * n_heads * (2.0 * T * S * d_k + 5000.0);
     }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o. The
     // queries' positions start at first_query (ALiBi's distances; decoding's newest row is further on).

@@ -17,7 +17,8 @@ WORK=$(mktemp -d /tmp/sorter-same-bits-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 # The golden configurations: one a line, run in this order (later lines load earlier checkpoints). Together
-# they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu.
+# they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu. The last
+# two are large enough that --threads cuts their products and attention (matrix.hpp's PARALLEL_WORK).
 CONFIGS=$(cat <<EOF
 --steps 300 --save c01.txt
 --steps 150 --norm post --pos learned --act gelu --tie-embeddings --save c02.txt --dump-step d02.txt
@@ -35,6 +36,8 @@ CONFIGS=$(cat <<EOF
 --steps 100 --task reverse --min-len 3 --seq-len 6 --report r14.html --svg svg14 --inspect
 --load c04.txt --beam 16 --sort 2 7 4 4 9
 --steps 100 --save-every 40 --save c16.txt
+--steps 40 --d-model 64 --heads 4 --d-ff 256 --seq-len 8 --batch 32 --dropout 0.1 --save c17.txt
+--steps 40 --llama --heads 4 --d-model 64 --dec-layers 2 --d-ff 192 --seq-len 8 --batch 32 --optimizer adam --save c18.txt
 EOF
 )
 

@@ -4,13 +4,15 @@
 For each row (a model size and a batch size) the programs run in turn, round after round:
 sorter --speed, then the twin in float64 (the same arithmetic as sorter), then the twin in
 float32. Running them alternately spreads the machine's drift over all three. Each program
-measures itself: training examples per second for about a second after a short warm-up, one
-thread. The table shows the median of the rounds and the ratio sorter / twin per round as
-min / median / max; then sorter's GFLOP/s as a share of one core's dgemm peak, measured here
-first, and the seconds of one held-out evaluation (greedy decoding) at the row's size.
+measures itself: training examples per second for about a second after a short warm-up. Every
+row runs twice: both programs on one thread, then both on all the cores (sorter --threads N, the
+twin with torch.set_num_threads(N) and OpenBLAS's N threads). The table shows the median of the
+rounds and the ratio sorter / twin per round as min / median / max; then sorter's GFLOP/s as a
+share of the dgemm peak of that many cores (one core's, measured here first, times N), and the
+seconds of one held-out evaluation (greedy decoding) at the row's size.
 
 Run it with a python3 that has PyTorch (make compare finds one; Debian's python3-torch is for /usr/bin/python3):
-    python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large]
+    python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large] [--threads 1,N]
 """
 import argparse
 import os
@@ -26,6 +28,7 @@ sys.dont_write_bytecode = True  # importing the twin below must not leave a __py
 from torch_sorter import HOW_TO_GET_TORCH, SORTER  # noqa: E402
 
 TWIN = Path(__file__).resolve().parent / "torch_sorter.py"
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PYTHON = sys.executable  # the twin runs on the interpreter that runs this script
 # Debian's OpenBLAS, for this machine's architecture (x86_64-linux-gnu, aarch64-linux-gnu, ...)
 OPENBLAS_DIR = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or 'none'}/openblas-pthread"
@@ -49,9 +52,10 @@ def size_text(name, size):
     return f"{name}: d_model {d_model}, heads {heads}, d_ff {d_ff}, layers {layers}+{layers}, seq_len {seq_len}"
 
 
-def twin_env():
-    """One thread everywhere, and Debian's OpenBLAS when it is installed."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+def twin_env(threads=1):
+    """`threads` threads everywhere, and Debian's OpenBLAS when it is installed."""
+    n = str(threads)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
     if Path(OPENBLAS_DIR).is_dir():
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (OPENBLAS_DIR, env.get("LD_LIBRARY_PATH")) if p)
     return env
@@ -80,9 +84,9 @@ def run(command, env=None):
     return done.stdout + done.stderr
 
 
-def sorter_run(size, batch):
+def sorter_run(size, batch, threads=1):
     """sorter --speed: (training examples/s, GFLOP/s, seconds of one held-out evaluation)."""
-    text = run([str(SORTER), "--speed", *model_flags(size), "--batch", str(batch)])
+    text = run([str(SORTER), "--speed", *model_flags(size), "--batch", str(batch), "--threads", str(threads)])
     return rate_in(text, "sorter"), gflops_in(text), eval_seconds_in(text)
 
 
@@ -109,10 +113,10 @@ def peak_gflops():
     return float(found.group(1)) if found else None
 
 
-def twin_rate(size, batch, dtype, seconds):
+def twin_rate(size, batch, dtype, seconds, threads):
     command = [PYTHON, str(TWIN), "--speed", *model_flags(size), "--batch", str(batch),
-               "--dtype", dtype, "--seconds", str(seconds)]
-    text = run(command, twin_env())
+               "--dtype", dtype, "--seconds", str(seconds), "--threads", str(threads)]
+    text = run(command, twin_env(threads))
     rate = rate_in(text, "torch")
     if rate is None:
         raise RuntimeError(f"the twin printed no rate:\n{text}")
@@ -147,17 +151,17 @@ def ratio_text(ratios):
     return f"{min(ratios):.2f} / {statistics.median(ratios):.2f} / {max(ratios):.2f}"
 
 
-def measure_row(size, batch, rounds, seconds, has_sorter):
+def measure_row(size, batch, rounds, seconds, has_sorter, threads):
     """Alternate the three programs for `rounds` rounds. Returns medians and per-round ratios."""
     ours, gflops, evals, f64, f32 = [], [], [], [], []
     for _ in range(rounds):
         if has_sorter:
-            rate, flops, eval_s = sorter_run(size, batch)
+            rate, flops, eval_s = sorter_run(size, batch, threads)
             ours.append(rate)
             gflops.append(flops)
             evals.append(eval_s)
-        f64.append(twin_rate(size, batch, "float64", seconds))
-        f32.append(twin_rate(size, batch, "float32", seconds))
+        f64.append(twin_rate(size, batch, "float64", seconds, threads))
+        f32.append(twin_rate(size, batch, "float32", seconds, threads))
     ratios64 = [a / b for a, b in zip(ours, f64)]
     ratios32 = [a / b for a, b in zip(ours, f32)]
 
@@ -169,13 +173,14 @@ def measure_row(size, batch, rounds, seconds, has_sorter):
 
 def print_header(args, torch_version, has_sorter, peak):
     blas = twin_blas()
-    threads = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1"
+    threads = "OPENBLAS_NUM_THREADS=N OMP_NUM_THREADS=N"
     if Path(OPENBLAS_DIR).is_dir():
         threads = f"LD_LIBRARY_PATH={OPENBLAS_DIR} {threads}"
     print(f"compare: training examples/s (draw, forward, backward, SGD), sorter beside its PyTorch twin; "
           f"median of {args.rounds} round(s), the programs run in turn in each round")
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} processors online; each program uses one thread")
-    print(f"twin: PyTorch {torch_version}, torch.set_num_threads(1), {threads}; BLAS loaded: {blas}")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} processors online; each program runs on N threads, "
+          f"N = {' and '.join(map(str, args.threads))} (the column threads)")
+    print(f"twin: PyTorch {torch_version}, torch.set_num_threads(N), {threads}; BLAS loaded: {blas}")
     if not has_sorter:
         print(f"sorter: {SORTER} has no --speed yet (or is missing): its columns are n/a")
     peak_text = f"{peak:.1f} GFLOP/s" if peak else "not measured"
@@ -184,7 +189,7 @@ def print_header(args, torch_version, has_sorter, peak):
     for name in args.rows:
         print("  " + size_text(name, SIZES[name][0]))
     print()
-    print(f"{'row':<18} {'sorter':>8} {'twin f64':>9} {'twin f32':>9}  {'sorter/f64 min/med/max':>22} "
+    print(f"{'row':<18} {'threads':>7} {'sorter':>8} {'twin f64':>9} {'twin f32':>9}  {'sorter/f64 min/med/max':>22} "
           f"{'sorter/f32 min/med/max':>22}  {'GFLOP/s':>7} {'of peak':>7}  {'eval s':>6}")
 
 
@@ -193,7 +198,15 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=3, help="alternations of the programs per row (default 3)")
     p.add_argument("--seconds", type=float, default=1.0, help="the twin's measuring time per run (default 1)")
     p.add_argument("--rows", default="default,mid,large", help="comma-separated: default, mid, large")
+    p.add_argument("--threads", default=f"1,{CORES}",
+                   help=f"comma-separated thread counts, each row run at each (default 1,{CORES}: one, and all cores)")
     args = p.parse_args(argv)
+    try:
+        args.threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t))
+    except ValueError:
+        p.error(f"--threads {args.threads}: expected whole numbers separated by commas, such as 1,{CORES}")
+    if not args.threads or min(args.threads) < 1:
+        p.error(f"--threads: each count must be at least 1, such as 1,{CORES}")
     args.rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in args.rows if r not in SIZES]
     if unknown:
@@ -210,19 +223,26 @@ def main(argv):
     has_sorter = SORTER.exists() and sorter_run(SIZES["default"][0], 1)[0] is not None
     peak = peak_gflops()
     print_header(args, probe.stdout.strip(), has_sorter, peak)
-    for name in args.rows:
-        size, batches = SIZES[name]
-        for batch in batches:
-            ours, gflops, eval_s, f64, f32, r64, r32 = measure_row(size, batch, args.rounds, args.seconds, has_sorter)
-            shown = f"{ours:8,.0f}" if ours is not None else f"{'n/a':>8}"
-            flops = f"{gflops:7.1f}" if gflops is not None else f"{'n/a':>7}"
-            share = f"{100 * gflops / peak:6.0f}%" if gflops is not None and peak else f"{'n/a':>7}"
-            evals = f"{eval_s:6.2f}" if eval_s is not None else f"{'n/a':>6}"
-            print(f"{name + ', batch ' + str(batch):<18} {shown} {f64:9,.0f} {f32:9,.0f}  "
-                  f"{ratio_text(r64):>22} {ratio_text(r32):>22}  {flops} {share}  {evals}", flush=True)
-    print("GFLOP/s: sorter's matrix-product arithmetic per second of training; of peak: that over the peak above."
-          "\neval s: sorter's held-out evaluation (1000 sequences decoded greedily) of a model of the row's size.")
+    for threads in args.threads:
+        for name in args.rows:
+            size, batches = SIZES[name]
+            for batch in batches:
+                print_row(name, batch, threads, peak, measure_row(size, batch, args.rounds, args.seconds, has_sorter,
+                                                                  threads))
+    print("GFLOP/s: sorter's matrix-product arithmetic per second of training; of peak: that over the peak above, "
+          "times the threads.\neval s: sorter's held-out evaluation (1000 sequences decoded greedily) of a model of "
+          "the row's size.")
     return 0
+
+
+def print_row(name, batch, threads, peak, measured):
+    ours, gflops, eval_s, f64, f32, r64, r32 = measured
+    shown = f"{ours:8,.0f}" if ours is not None else f"{'n/a':>8}"
+    flops = f"{gflops:7.1f}" if gflops is not None else f"{'n/a':>7}"
+    share = f"{100 * gflops / peak / threads:6.0f}%" if gflops is not None and peak else f"{'n/a':>7}"
+    evals = f"{eval_s:6.2f}" if eval_s is not None else f"{'n/a':>6}"
+    print(f"{name + ', batch ' + str(batch):<18} {threads:>7} {shown} {f64:9,.0f} {f32:9,.0f}  "
+          f"{ratio_text(r64):>22} {ratio_text(r32):>22}  {flops} {share}  {evals}", flush=True)
 
 
 if __name__ == "__main__":

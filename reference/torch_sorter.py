@@ -789,7 +789,7 @@ def blas_in_use():
 
 
 def speed(args):
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     config = ModelConfig(vocab=args.max_digit + 2, max_len=args.seq_len, d_model=args.d_model, n_heads=args.heads,
                          d_ff=args.d_ff, enc_layers=args.enc_layers, dec_layers=args.dec_layers)
@@ -809,7 +809,7 @@ def speed(args):
     rate = steps * args.batch / elapsed
     print(f"torch --speed: {rate:.1f} training examples/s (d_model {args.d_model}, heads {args.heads}, "
           f"d_ff {args.d_ff}, layers {args.enc_layers}+{args.dec_layers}, seq_len {args.seq_len}, "
-          f"batch {args.batch}, {args.dtype}, {torch.get_num_threads()} thread, {steps} steps in {elapsed:.2f} s; "
+          f"batch {args.batch}, {args.dtype}, {torch.get_num_threads()} thread(s), {steps} steps in {elapsed:.2f} s; "
           f"BLAS {blas_in_use()})")
     return 0
 
@@ -835,6 +835,7 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     p.add_argument("--seconds", type=float, default=1.0, help="measuring time after a warm-up of a tenth of it")
+    p.add_argument("--threads", type=int, default=1, help="--speed: torch.set_num_threads (default 1)")
     return p.parse_args(argv)
 
 

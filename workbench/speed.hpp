@@ -45,18 +45,21 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
     return c.enc_layers * (attention(S, S) + ffn(S)) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn(T)) +
            2 * T * d_model * c.vocab;
 }
+inline std::string threads_text() {  // "1 thread", "2 threads": the pool's count (--threads)
+    return fmt("%d thread%s", threads.count(), threads.count() == 1 ? "" : "s");
+}
 inline void run_speed(const Options& o) {  // --speed: two lines for make compare
     double rate = examples_per_second(o, 1.0);
-    std::printf("sorter --speed: %.1f training examples/s (%s, batch %d; %.2f GFLOP/s)\n", rate,
-                size_text(o.model, o.data).c_str(), o.train.batch,
+    std::printf("sorter --speed: %.1f training examples/s (%s, batch %d, %s; %.2f GFLOP/s)\n", rate,
+                size_text(o.model, o.data).c_str(), o.train.batch, threads_text().c_str(),
                 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
     Transformer model(o.model, o.seed);
     auto t0 = Clock::now();
     evaluate(model, data.held_out, o.decode);
     std::string how = o.decode.beam == 1 ? "greedy" : fmt("beam %d", o.decode.beam);
-    std::printf("sorter --speed: one held-out evaluation (%zu sequences, %s) in %.3f s\n", data.held_out.size(),
-                how.c_str(), seconds_since(t0));
+    std::printf("sorter --speed: one held-out evaluation (%zu sequences, %s, %s) in %.3f s\n", data.held_out.size(),
+                how.c_str(), threads_text().c_str(), seconds_since(t0));
 }
 #ifndef SORTER_CXXFLAGS  // the Makefile passes the compiler and flags it builds with
 #define SORTER_CXXFLAGS "(not recorded)"
@@ -120,8 +123,8 @@ inline long peak_memory_kb() {
 // is a command line, as a user would type it after ./sorter --speed.
 inline void run_bench(const Options& o) {
     std::string cpu = cpu_name();
-    std::printf("sorter --bench: %ld processors online, %s; one thread\ncompiler: %s, flags: %s\n",
-                sysconf(_SC_NPROCESSORS_ONLN), cpu.c_str(), __VERSION__, SORTER_CXXFLAGS);
+    std::printf("sorter --bench: %ld processors online, %s; %s\ncompiler: %s, flags: %s\n",
+                sysconf(_SC_NPROCESSORS_ONLN), cpu.c_str(), threads_text().c_str(), __VERSION__, SORTER_CXXFLAGS);
     const std::string mid = "--d-model 64 --heads 4 --d-ff 256 --enc-layers 2 --dec-layers 2 --seq-len 10";
     struct Row { std::string what, flags; bool vs_above; };  // vs_above: print examples/s over the row above's
     std::vector<Row> rows = {{"default, batch 1", "--batch 1", false}, {"default, batch 32", "--batch 32", false},
