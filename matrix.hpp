@@ -11,8 +11,8 @@
 //
 // Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu, gelu, silu
 // and multiply (SwiGLU's); blocks of rows. Skip on a first reading silu and multiply (SwiGLU, a variant), and
-// the last section, "the same numbers, faster": the model calls its *_fast kernels, which give the plain
-// loops' bits (tests.cpp checks); the loops are the math.
+// the last section, "the same numbers, faster" (and on every core, --threads): the model calls its *_fast
+// kernels, which give the plain loops' bits on any number of threads (tests.cpp checks); the loops are the math.
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
 // over every path from an input to the loss: when one input feeds two places, both add in.
@@ -365,6 +365,9 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the f
 // one a thread; each output entry is computed by one thread, exactly as one thread alone would compute it, so N
 // changes no bit of any result. Work under PARALLEL_WORK multiply-adds (about 10 us) stays on the calling
 // thread: waking another costs more than it would gain.
+// Threads, the pool: run(job) is one round. It posts the job, the calling thread runs part 0 and each worker its
+// own part, and the last to finish wakes the caller. Between rounds a worker waits awake (yielding its core) for
+// about 1 ms, as the next product of a step comes sooner than that, then sleeps until the next round.
 constexpr double PARALLEL_WORK = 1e5;
 class Threads {
   public:
@@ -398,7 +401,7 @@ class Threads {
     }
 
   private:
-    static constexpr int SPINS = 20000;  // yields (about 0.1 ms) a thread waits awake before it sleeps
+    static constexpr int SPINS = 2000;  // yields (about 1 ms) a thread waits awake before it sleeps
     std::vector<std::thread> workers;
     std::mutex lock;
     std::condition_variable wake, finished;

@@ -307,7 +307,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
-             "same, bit for bit, for any N (default: the cores available, here %d; at most %ld)", cores_available(),
+             "same, bit for bit, for any N (default: the cores available; at most %ld)",
              MAX_THREADS), false,
              [](O& o, Args& a) { o.threads = int(a.whole(1, MAX_THREADS)); },
              [](const O& o) { return o.threads == 0 ? "" : fmt("--threads %d", o.threads); }},
