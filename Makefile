@@ -2,7 +2,7 @@
 #   make             build ./sorter
 #   make test        build and run the gradient checks and behaviour tests (doctest)
 #   make gradcheck   only the gradient checks of tests.cpp, with their table (seconds after editing a backward)
-#   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer
+#   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer, the thread tests under ThreadSanitizer
 #   make course      run every command pasted in README.md and docs/*.md again; fail if an output drifted
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
@@ -115,8 +115,13 @@ tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Ma
 	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
 	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. $(DOCTEST_INCLUDE) -x c++ -o $@ - -x none doctest-main.o
 
-sanitize: tests-sanitize
+# ThreadSanitizer on the lab notebook's thread tests and the kernels (--threads: no data race between the pool's threads).
+tests-tsan: tests.cpp $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -o $@ tests.cpp doctest-main.o
+
+sanitize: tests-sanitize tests-tsan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize
+	./tests-tsan -tc="threads:*,fast kernels:*,training: a stacked*"
 
 # Every command pasted in README.md and docs/*.md, run again and compared with the page (timings masked).
 course: sorter
@@ -194,5 +199,5 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o workbench-tests.o tests-sanitize gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	rm -f sorter tests tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
 	  sorter.html sorter-web.js

@@ -14,9 +14,6 @@
 // Legend: T target length, S source length, d_model token width, n_heads heads,
 //         d_k = d_model / n_heads, d_ff feed-forward width, vocab the vocabulary size.
 #include <cstdio>
-#ifdef __GLIBC__
-#include <malloc.h>  // mallopt
-#endif
 
 #include "workbench/checkpoint.hpp"  // --save, --load
 #include "workbench/demos.hpp"       // --demo scale, softmax, gradcheck
@@ -205,7 +202,7 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
 
 // Everything a command line asks for, in order; returns the exit status.
 inline int run(Options o) {
-    threads.set_count(o.threads);  // matrix.hpp: the same bits for any count
+    with_signals_blocked([&] { threads.set_count(o.threads); });  // matrix.hpp: the same bits for any count
     if (run_alone(o)) return 0;
     enter_phase(Phase::before_training);  // a signal ends the run at once: nothing learned yet
     check_output_paths(o);
@@ -263,13 +260,7 @@ inline int finish_output(std::FILE* out, int status) {
 #ifndef SORTER_NO_MAIN
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 1 << 16);  // line by line: ./sorter | tee log shows each line as it comes
-#ifdef __GLIBC__
-    // Every step frees matrices and asks again for the same sizes. glibc hands blocks from 128 kB up back to the
-    // system, which then gives them again as fresh pages to be zeroed: keep them (the mid size trains 12-15% faster;
-    // peak memory the same, docs/performance.md).
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-#endif
+    keep_freed_blocks();  // workbench/speed.hpp
     install_signal_handlers();  // no signal loses a trained model or leaves half a file (workbench/signals.hpp)
     try {
         return finish_output(stdout, run(parse_options(argc, argv)));

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -363,23 +364,25 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the f
 
 // Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges,
 // one a thread; each output entry is computed by one thread, exactly as one thread alone would compute it, so N
-// changes no bit of any result. Work under PARALLEL_WORK multiply-adds (about 10 us) stays on the calling
+// changes no bit of any result. Work under PARALLEL_WORK multiply-adds (some 5 to 10 us here) stays on the calling
 // thread: waking another costs more than it would gain.
 // Threads, the pool: run(job) is one round. It posts the job, the calling thread runs part 0 and each worker its
 // own part, and the last to finish wakes the caller. Between rounds a worker waits awake (yielding its core) for
-// about 1 ms, as the next product of a step comes sooner than that, then sleeps until the next round.
+// SPINS yields, as the next product of a step comes sooner than that, then sleeps until the next round.
 constexpr double PARALLEL_WORK = 1e5;
 class Threads {
   public:
     int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers
-    void set_count(int n) {                                 // n >= 1: n - 1 workers
+    void set_count(int n) {  // n >= 1: n - 1 workers. From the program's thread, between jobs; a process that
+                             // forks sets 1 first (a child would have none of the workers)
         stop();
         quit = false;
         for (int k = 1; k < n; k++) workers.emplace_back([this, k, now = long(round)] { serve(k, now); });
     }
     ~Threads() { stop(); }
-    // job(k) for k = 0 .. count()-1, k = 0 on the calling thread; returns when all are done. Called from inside
-    // a job (a product inside a sequence's attention), it runs every k there, in turn.
+    // job(k) for k = 0 .. count()-1, k = 0 on the calling thread; returns when all are done, and then rethrows
+    // what a part threw (out of memory, say), as one thread would have. Called from inside a job (a product
+    // inside a sequence's attention), it runs every k there, in turn.
     void run(const std::function<void(int)>& job) {
         if (workers.empty() || inside) {
             for (int k = 0; k < count(); k++) job(k);
@@ -393,15 +396,23 @@ class Threads {
         }
         wake.notify_all();
         inside = true;
-        job(0);
+        std::exception_ptr error;
+        try {
+            job(0);
+        } catch (...) {
+            error = std::current_exception();  // thrown once every part has ended: they still read the job
+        }
         inside = false;
         for (int spin = 0; busy > 0 && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
         std::unique_lock<std::mutex> hold(lock);
         finished.wait(hold, [&] { return busy == 0; });
+        if (!error) std::swap(error, worker_error);
+        worker_error = nullptr;
+        if (error) std::rethrow_exception(error);
     }
 
   private:
-    static constexpr int SPINS = 2000;  // yields (about 1 ms) a thread waits awake before it sleeps
+    static constexpr int SPINS = 2000;  // yields a thread waits awake before it sleeps (about 1 ms, measured here)
     std::vector<std::thread> workers;
     std::mutex lock;
     std::condition_variable wake, finished;
@@ -409,6 +420,7 @@ class Threads {
     std::atomic<long> round{0};
     std::atomic<int> busy{0};
     bool quit = false;
+    std::exception_ptr worker_error;  // the first exception a worker's part threw this round
     static inline thread_local bool inside = false;  // this thread is running a job
 
     void serve(int k, long seen) {  // seen: the round before this worker's first
@@ -417,13 +429,19 @@ class Threads {
             {
                 std::unique_lock<std::mutex> hold(lock);
                 wake.wait(hold, [&] { return round != seen || quit; });
-                if (quit) return;
+                if (round == seen) return;  // quit, and no part left to run
                 seen = round;
             }
             inside = true;
-            (*current)(k);
+            std::exception_ptr error;
+            try {
+                (*current)(k);
+            } catch (...) {
+                error = std::current_exception();
+            }
             inside = false;
             std::lock_guard<std::mutex> hold(lock);
+            if (error && !worker_error) worker_error = error;
             if (--busy == 0) finished.notify_one();
         }
     }
@@ -456,7 +474,10 @@ inline void parallel_for(int n, int grain, double work, Work&& ranges) {
 }
 
 // each(e) for e = 0 .. n-1, on the threads as parallel_for cuts them: model.hpp's sequences, which attend only to
-// their own rows.
+// their own rows. attention_work: the work of `heads` heads of T queries and S keys of d_k columns, for it: their
+// two products, and about 5000 multiply-adds' worth for each head's small matrices (measured: with 600, decoding's
+// attention stayed on one thread, and one held-out evaluation of the large model took 1.28x as long).
+inline double attention_work(int heads, int T, int S, int d_k) { return heads * (2.0 * T * S * d_k + 5000.0); }
 template <class Each>
 inline void parallel_each(int n, double work, Each&& each) {
     parallel_for(n, 1, work, [&](int begin, int end) {

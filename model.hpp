@@ -383,11 +383,6 @@ struct MultiHeadAttention {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
-    // The work of n_seq sequences' heads for parallel_each (matrix.hpp; about 5000 multiply-adds' worth a head besides
-    // its products); with attention dropout 0: its draws must come in order, so the sequences run in turn.
-    double sequence_work(int n_seq, int T, int S) const {
-        return dropout_draws && attn_dropout > 0.0 ? 0.0 : double(n_seq) * n_heads * (2.0 * T * S * d_k + 5000.0);
-    }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o. The
     // queries' positions start at first_query (ALiBi's distances; decoding's newest row is further on).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq,
@@ -395,7 +390,10 @@ struct MultiHeadAttention {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
-        parallel_each(n_seq, sequence_work(n_seq, T, S), [&](int e) {  // sequences at once (--threads): each its rows
+        // Each sequence attends to its own rows, so sequences may run at once (--threads, matrix.hpp); under attention
+        // dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
+        const bool in_turn = dropout_draws && attn_dropout > 0.0;
+        parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
@@ -415,7 +413,7 @@ struct MultiHeadAttention {
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
         int group = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        parallel_each(n_seq, sequence_work(n_seq, T, S), [&](int e) {
+        parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // as attend's, at once
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);

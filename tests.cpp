@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1535,6 +1536,25 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     // greedy decoding of the stack: the same outputs as one source at a time
     std::vector<std::vector<int>> together = greedy_decode(stacked, sources, d.seq_len);
     for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, {sources[i]}, d.seq_len)[0]);
+}
+
+// A part that throws (out of memory, say) must not end the program from a worker, nor leave the others
+// reading a job that is gone: run() waits for every part, then rethrows on the calling thread; the pool
+// then serves the next job.
+TEST_CASE("threads: a part that throws is rethrown by the caller once every part has ended") {
+    threads.set_count(3);
+    for (int thrower : {0, 2}) {  // the calling thread's part, a worker's
+        std::atomic<int> ran{0};
+        CHECK_THROWS_AS(threads.run([&](int k) {
+            ran++;
+            if (k == thrower) throw std::runtime_error("part " + std::to_string(k));
+        }), std::runtime_error);
+        CHECK(ran == 3);
+    }
+    std::atomic<int> after{0};
+    threads.run([&](int) { after++; });
+    CHECK(after == 3);
+    threads.set_count(1);
 }
 
 // --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer

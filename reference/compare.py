@@ -162,8 +162,8 @@ def measure_row(size, batch, rounds, seconds, has_sorter, threads):
             evals.append(eval_s)
         f64.append(twin_rate(size, batch, "float64", seconds, threads))
         f32.append(twin_rate(size, batch, "float32", seconds, threads))
-    ratios64 = [a / b for a, b in zip(ours, f64)]
-    ratios32 = [a / b for a, b in zip(ours, f32)]
+    ratios64 = [a / b for a, b in zip(ours, f64) if a is not None]  # None: sorter printed no rate
+    ratios32 = [a / b for a, b in zip(ours, f32) if a is not None]
 
     def median(values):
         values = [v for v in values if v is not None]
@@ -182,7 +182,7 @@ def print_header(args, torch_version, has_sorter, peak):
           f"N = {' and '.join(map(str, args.threads))} (the column threads)")
     print(f"twin: PyTorch {torch_version}, torch.set_num_threads(N), {threads}; BLAS loaded: {blas}")
     if not has_sorter:
-        print(f"sorter: {SORTER} has no --speed yet (or is missing): its columns are n/a")
+        print(f"sorter: {SORTER} has no --speed or --threads yet (or is missing): its columns are n/a")
     peak_text = f"{peak:.1f} GFLOP/s" if peak else "not measured"
     print(f"peak: one core's dgemm (OpenBLAS through torch.mm, float64, one thread, best of n = 256, 512, 1024): "
           f"{peak_text}")
@@ -205,8 +205,8 @@ def parse_args(argv):
         args.threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t))
     except ValueError:
         p.error(f"--threads {args.threads}: expected whole numbers separated by commas, such as 1,{CORES}")
-    if not args.threads or min(args.threads) < 1:
-        p.error(f"--threads: each count must be at least 1, such as 1,{CORES}")
+    if not args.threads or min(args.threads) < 1 or max(args.threads) > 256:
+        p.error(f"--threads: each count must be from 1 to 256 (sorter's limit), such as 1,{CORES}")
     args.rows = [r for r in args.rows.split(",") if r]
     unknown = [r for r in args.rows if r not in SIZES]
     if unknown:

@@ -10,8 +10,10 @@
 #include <sched.h>  // sched_getaffinity: the cores this process may use
 #endif
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 

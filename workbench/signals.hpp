@@ -39,6 +39,17 @@ inline void on_signal(int sig) {
 inline void install_signal_handlers() {  // main() calls it first
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_signal);
 }
+// The pool's workers (--threads, matrix.hpp) start with these signals blocked and keep that mask: the handler
+// always runs on the program's own thread, which reads what it wrote.
+template <class Start>
+inline void with_signals_blocked(Start&& start) {
+    sigset_t blocked, before;
+    sigemptyset(&blocked);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&blocked, sig);
+    pthread_sigmask(SIG_BLOCK, &blocked, &before);
+    start();
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+}
 inline void enter_phase(Phase p) { run_phase = int(p); }
 
 // The training loop asks after each step; evaluation and decoding between chunks. A signal that stopped
