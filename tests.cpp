@@ -1558,14 +1558,18 @@ TEST_CASE("threads: a part that throws is rethrown by the caller once every part
 }
 
 // --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
-// moments and losses, and greedy decoding the same outputs. Sizes large enough to be cut (products above
-// PARALLEL_WORK, sequences' attention too); SGD and Adam; today's blocks (decoder-only, rotary, grouped-query,
+// moments and losses, and greedy decoding the same outputs. Two sizes, large enough to be cut (products above
+// PARALLEL_WORK, sequences' attention too); SGD, momentum and Adam; today's blocks (decoder-only, rotary, grouped-query,
 // SwiGLU, RMSNorm); variable lengths with post-norm, GELU and ALiBi; and attention dropout, whose sequences run in
 // turn, beside dropout elsewhere.
 TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 threads") {
     struct Case { std::string name; std::function<void(ModelConfig&, DataConfig&, TrainConfig&)> set; };
     std::vector<Case> cases = {
-        {"mid-like, SGD", [](ModelConfig&, DataConfig&, TrainConfig&) {}},
+        {"d_model 32, SGD", [](ModelConfig&, DataConfig&, TrainConfig&) {}},
+        {"d_model 64, 8 heads, 2 + 2 layers, momentum", [](ModelConfig& m, DataConfig& d, TrainConfig& t) {
+             m.d_model = 64, m.n_heads = 8, m.d_ff = 64, m.enc_layers = m.dec_layers = 2, d.seq_len = 6;
+             t.optimizer = OptimizerKind::momentum, t.lr = 0.02, t.batch = 16;
+         }},
         {"Adam, clip, weight decay", [](ModelConfig&, DataConfig&, TrainConfig& t) {
              t.optimizer = OptimizerKind::adam, t.lr = 0.003, t.clip = 1.0, t.weight_decay = 0.01;
          }},
