@@ -366,10 +366,11 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the f
 // one a thread; each output entry is computed by one thread, exactly as one thread alone would compute it, so N
 // changes no bit of any result. Work under PARALLEL_WORK multiply-adds (some 5 to 10 us here) stays on the calling
 // thread: waking another costs more than it would gain.
+constexpr double PARALLEL_WORK = 1e5;
+
 // Threads, the pool: run(job) is one round. It posts the job, the calling thread runs part 0 and each worker its
 // own part, and the last to finish wakes the caller. Between rounds a worker waits awake (yielding its core) for
 // SPINS yields, as the next product of a step comes sooner than that, then sleeps until the next round.
-constexpr double PARALLEL_WORK = 1e5;
 class Threads {
   public:
     int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers

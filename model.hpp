@@ -413,7 +413,7 @@ struct MultiHeadAttention {
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
         int group = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // as attend's, at once
+        parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);

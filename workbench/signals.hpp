@@ -36,8 +36,9 @@ inline void on_signal(int sig) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
 }
+constexpr int HANDLED_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};  // what a run answers (the rest: as default)
 inline void install_signal_handlers() {  // main() calls it first
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_signal);
+    for (int sig : HANDLED_SIGNALS) std::signal(sig, on_signal);
 }
 // The pool's workers (--threads, matrix.hpp) start with these signals blocked and keep that mask: the handler
 // always runs on the program's own thread, which reads what it wrote.
@@ -45,7 +46,7 @@ template <class Start>
 inline void with_signals_blocked(Start&& start) {
     sigset_t blocked, before;
     sigemptyset(&blocked);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&blocked, sig);
+    for (int sig : HANDLED_SIGNALS) sigaddset(&blocked, sig);
     pthread_sigmask(SIG_BLOCK, &blocked, &before);
     start();
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
