@@ -267,17 +267,22 @@ constexpr double MASKED = -1e9;
 // their score lowered by slope x |first_query + i - j|, a constant (no gradient). The decoder's causal mask leaves
 // only keys at or before the query, so there it is the paper's i - j; the encoder sees both sides, and the
 // distance counts either way (symmetric, as BERT-style uses of ALiBi take it: the paper's models are causal).
-inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
-                        Rng* dropout_draws = nullptr, double alibi_slope = 0.0, int first_query = 0) {
-    const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
-    Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
+// The scores (T, S) made weights P (T, S): ALiBi, the mask, the softmax (decoding's attention shares them).
+inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
     if (alibi_slope > 0.0)
         for (int i = 0; i < scores.rows; i++)
             for (int j = 0; j < scores.cols; j++) scores.at(i, j) -= alibi_slope * std::abs(first_query + i - j);
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
-    cache = {std::move(Q), std::move(K), std::move(V), softmax_rows(scores), Matrix(), Matrix()};
+    return softmax_rows(scores);
+}
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
+                        Rng* dropout_draws = nullptr, double alibi_slope = 0.0, int first_query = 0) {
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
+    Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
+    Matrix P = attention_weights(std::move(scores), mask, alibi_slope, first_query);  // (T, S)
+    cache = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix()};
     if (dropout_draws && p > 0.0) cache.D = dropout(cache.P, p, dropout_draws, cache.keep);
     return matmul_fast(cache.keep.empty() ? cache.P : cache.D, cache.V);  // (T, d_k)
 }
@@ -383,10 +388,9 @@ struct MultiHeadAttention {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
-    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o. The
-    // queries' positions start at first_query (ALiBi's distances; decoding's newest row is further on).
-    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq,
-                  int first_query = 0) {
+    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o.
+    // (Decoding has its own, attend_kept, at the end of the file.)
+    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
@@ -394,20 +398,19 @@ struct MultiHeadAttention {
         // dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
         const bool in_turn = dropout_draws && attn_dropout > 0.0;
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
+            Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
-                Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);
                 Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, kv_col, d_k),
                                        take_block(V, e * S, S, kv_col, d_k), mask_e, heads[e * n_heads + h],
-                                       attn_dropout, dropout_draws, alibi_slopes.empty() ? 0.0 : alibi_slopes[h],
-                                       first_query);
+                                       attn_dropout, dropout_draws, alibi_slopes.empty() ? 0.0 : alibi_slopes[h]);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         });
         return W_o.forward(joined);
     }
     // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
-    // (n_seq S, d_model), caller-zeroed. (Decoding's own calls of attend are inference only: no backward.)
+    // (n_seq S, d_model), caller-zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
@@ -911,6 +914,43 @@ struct DecodingCache {
     int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
 };
 
+// MultiHeadAttention::attend for decoding: the same sums in the same order, so the same bits, but read in place
+// from Q (n_seq T, d_model) and the kept K, V (n_seq S, kv_heads d_k), where attend copies out every head's slices
+// for its backward; each head keeps only its map P (T, S), which --inspect reads. The queries' positions start at
+// first_query (ALiBi's distances: the newest row is further on).
+inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
+                          int n_seq, int first_query) {
+    Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
+    const int T = Q.rows / n_seq, S = K.rows / n_seq, d_k = m.d_k, group = m.n_heads / m.kv_heads;
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
+    m.heads.assign(std::size_t(n_seq) * m.n_heads, AttentionCache{});
+    parallel_each(n_seq, attention_work(n_seq * m.n_heads, T, S, d_k), [&](int e) {
+        Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
+        for (int h = 0; h < m.n_heads; h++) {
+            int col = h * d_k, kv_col = h / group * d_k;
+            Matrix scores(T, S);  // attention(): scale(matmul_bt_fast(Q, K), inv_sqrt_dk), one sum an entry
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < S; j++) {
+                    const double* q = &Q.data[std::size_t(e * T + i) * Q.cols + col];
+                    const double* k = &K.data[std::size_t(e * S + j) * K.cols + kv_col];
+                    double sum = 0.0;
+                    for (int p = 0; p < d_k; p++) sum += q[p] * k[p];
+                    scores.at(i, j) = sum * inv_sqrt_dk;
+                }
+            Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;
+            P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h], first_query);
+            for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, into the zero join
+                double* o = &joined.data[std::size_t(e * T + i) * joined.cols + col];
+                for (int j = 0; j < S; j++) {
+                    const double w = P.at(i, j), *v = &V.data[std::size_t(e * S + j) * V.cols + kv_col];
+                    for (int p = 0; p < d_k; p++) o[p] += w * v[p];
+                }
+            }
+        }
+    });
+    return m.W_o.forward(joined);
+}
+
 // DecoderBlock::forward for y (n_seq new_rows, d_model), the newest rows of each sequence (one, or a decoder-only
 // model's whole prompt) from `position` on, against what `kept` holds; self_mask (n_seq new_rows, keys) hides what
 // they may not see (empty: all). With rotary positions the kept keys were turned at their own positions, so only
@@ -922,12 +962,12 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
     Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
         kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), new_rows, position), n_seq);  // each
         kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new ones
-        return self.attend(self.turned(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V, self_mask,
-                           n_seq, position);
+        return attend_kept(self, self.turned(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
+                           self_mask, n_seq, position);
     });
     if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
-        return b.cross_attn.attend(b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq);
+        return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq, 0);
     });
     return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
 }
