@@ -368,8 +368,10 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the f
 // thread: waking another costs more than it would gain.
 constexpr double PARALLEL_WORK = 1e5;
 
-// Threads, the pool: run(job) is one round. It posts the job, the calling thread runs part 0 and each worker its
-// own part, and the last to finish wakes the caller. Between rounds a worker waits awake (yielding its core) for
+// Threads, the pool: run(job) is one round of parts 0 .. count()-1. It posts the job; each thread, the caller and
+// every worker awake, claims the next part no one has taken, runs it, and claims again until none is left, so the
+// caller never waits on a worker that has not woken: it runs that part itself. Part k cuts the same range whoever
+// runs it, so the bits do not depend on who ran what. Between rounds a worker waits awake (yielding its core) for
 // SPINS yields, as the next product of a step comes sooner than that, then sleeps until the next round.
 class Threads {
   public:
@@ -378,12 +380,12 @@ class Threads {
                              // forks sets 1 first (a child would have none of the workers)
         stop();
         quit = false;
-        for (int k = 1; k < n; k++) workers.emplace_back([this, k, now = long(round)] { serve(k, now); });
+        for (int k = 1; k < n; k++) workers.emplace_back([this, seen = round.load()] { serve(seen); });
     }
     ~Threads() { stop(); }
-    // job(k) for k = 0 .. count()-1, k = 0 on the calling thread; returns when all are done, and then rethrows
-    // what a part threw (out of memory, say), as one thread would have. Called from inside a job (a product
-    // inside a sequence's attention), it runs every k there, in turn.
+    // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows what a part threw (out of memory,
+    // say), as one thread would have. Called from inside a job (a product inside a sequence's attention), it runs
+    // every k there, in turn.
     void run(const std::function<void(int)>& job) {
         if (workers.empty() || inside) {
             for (int k = 0; k < count(); k++) job(k);
@@ -392,58 +394,68 @@ class Threads {
         {
             std::lock_guard<std::mutex> hold(lock);
             current = &job;
-            busy = int(workers.size());
+            parts = count();
+            done = 0;
             round++;
+            next.store(round * ROUND, std::memory_order_release);  // part 0 of this round is the next to claim
         }
         wake.notify_all();
-        inside = true;
-        std::exception_ptr error;
-        try {
-            job(0);
-        } catch (...) {
-            error = std::current_exception();  // thrown once every part has ended: they still read the job
-        }
-        inside = false;
-        for (int spin = 0; busy > 0 && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
+        run_parts(round);
+        for (int spin = 0; done < parts && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
         std::unique_lock<std::mutex> hold(lock);
-        finished.wait(hold, [&] { return busy == 0; });
-        if (!error) std::swap(error, worker_error);
-        worker_error = nullptr;
+        finished.wait(hold, [&] { return done == parts; });
+        std::exception_ptr error = nullptr;
+        std::swap(error, part_error);
         if (error) std::rethrow_exception(error);
     }
 
   private:
     static constexpr int SPINS = 2000;  // yields a thread waits awake before it sleeps (about 1 ms, measured here)
+    static constexpr long ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
     std::vector<std::thread> workers;
     std::mutex lock;
     std::condition_variable wake, finished;
     const std::function<void(int)>* current = nullptr;
-    std::atomic<long> round{0};
-    std::atomic<int> busy{0};
+    std::atomic<long> round{0}, next{0};
+    std::atomic<int> parts{0}, done{0};  // this round's parts, and how many have ended
     bool quit = false;
-    std::exception_ptr worker_error;  // the first exception a worker's part threw this round
+    std::exception_ptr part_error;  // the first exception a part threw this round
     static inline thread_local bool inside = false;  // this thread is running a job
 
-    void serve(int k, long seen) {  // seen: the round before this worker's first
+    // Claim parts of round r and run them until none is left. A claim names its round, so a worker that wakes
+    // late, after round r has ended, claims nothing and never touches a job that is gone.
+    void run_parts(long r) {
+        for (long claim = next.load(std::memory_order_acquire); claim / ROUND == r && claim % ROUND < parts;) {
+            if (!next.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;  // claim: reread
+            inside = true;
+            std::exception_ptr error;
+            try {
+                (*current)(int(claim % ROUND));
+            } catch (...) {
+                error = std::current_exception();  // thrown once every part has ended: the others still read the job
+            }
+            inside = false;
+            if (error) {
+                std::lock_guard<std::mutex> hold(lock);
+                if (!part_error) part_error = error;
+            }
+            if (done.fetch_add(1) + 1 == parts) {
+                std::lock_guard<std::mutex> hold(lock);  // the caller is waiting, or has not yet looked
+                finished.notify_one();
+            }
+            claim = next.load(std::memory_order_acquire);
+        }
+    }
+    void serve(long seen) {  // seen: the round before this worker's first
         for (;;) {
             for (int spin = 0; round == seen && spin < SPINS; spin++) std::this_thread::yield();
             {
                 std::unique_lock<std::mutex> hold(lock);
                 wake.wait(hold, [&] { return round != seen || quit; });
-                if (round == seen) return;  // quit, and no part left to run
+                if (quit) return;
                 seen = round;
             }
-            inside = true;
-            std::exception_ptr error;
-            try {
-                (*current)(k);
-            } catch (...) {
-                error = std::current_exception();
-            }
-            inside = false;
-            std::lock_guard<std::mutex> hold(lock);
-            if (error && !worker_error) worker_error = error;
-            if (--busy == 0) finished.notify_one();
+            run_parts(seen);
         }
     }
     void stop() {

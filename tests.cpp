@@ -1557,6 +1557,27 @@ TEST_CASE("threads: a part that throws is rethrown by the caller once every part
     threads.set_count(1);
 }
 
+// Each thread claims the next part no one has taken, so who runs a part changes from round to round, and a
+// worker may wake after its round has ended. Every part must still run exactly once a round, and run() must
+// return only after all have: here parts of unequal length (part 0 the longest, then the last), many rounds.
+TEST_CASE("threads: every part runs exactly once a round, whoever claims it") {
+    for (int count : {2, 3, 8}) {
+        threads.set_count(count);
+        bool all_once = true;
+        for (int round = 0; round < 2000; round++) {
+            std::vector<std::atomic<int>> ran(std::size_t(count) + 1);
+            threads.run([&](int k) {
+                volatile double sink = 0.0;
+                for (int i = 0; i < (k == 0 ? 3000 : k == count - 1 ? 1000 : 10) * (round % 3); i++) sink = sink + i;
+                ran[std::size_t(k)]++;
+            });
+            for (int k = 0; k <= count; k++) all_once = all_once && ran[std::size_t(k)] == (k < count ? 1 : 0);
+        }
+        CHECK(all_once);
+    }
+    threads.set_count(1);
+}
+
 // --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
 // moments and losses, and greedy decoding the same outputs. Two sizes, large enough to be cut (products above
 // PARALLEL_WORK, sequences' attention too); SGD, momentum and Adam; today's blocks (decoder-only, rotary, grouped-query,
