@@ -31,8 +31,10 @@ CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # -ffp-contract=off: never fuse a * b + c into one FMA instruction. A fused multiply-add rounds
 # once instead of twice, which changes every result in the last bit, and training then drifts
 # away from the figures printed by a plain build. With it off, every build computes the same numbers.
+# -fno-math-errno: std::sqrt need not set errno, so loops that take it (Adam's update) run in vector lanes; a
+# square root and a division are rounded exactly as IEEE says in a lane or alone, so no number changes.
 # -pthread: --threads runs std::threads (older C libraries and some systems link them only with this flag).
-FIXED    := -std=c++17 -ffp-contract=off -pthread
+FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
 HEADERS  := matrix.hpp model.hpp train.hpp
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
