@@ -937,8 +937,9 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
                     for (int p = 0; p < d_k; p++) sum += q[p] * k[p];
                     scores.at(i, j) = sum * inv_sqrt_dk;
                 }
-            Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;
-            P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h], first_query);
+            Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;  // (T, S)
+            P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
+                                  first_query);
             for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, into the zero join
                 double* o = &joined.data[std::size_t(e * T + i) * joined.cols + col];
                 for (int j = 0; j < S; j++) {
@@ -967,7 +968,8 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
     });
     if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
-        return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask, n_seq, 0);
+        return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask,
+                           n_seq, 0);
     });
     return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
 }
