@@ -362,8 +362,8 @@ inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
 // row fill the vector lanes. Same bits as the loops above (tests.cpp checks), which stay the reference.
 constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the fastest tile measured here
 
-// Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges,
-// one a thread; each output entry is computed by one thread, exactly as one thread alone would compute it, so N
+// Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges; the
+// thread that claims a range computes all of it, each entry exactly as one thread alone would compute it, so N
 // changes no bit of any result. Work under PARALLEL_WORK multiply-adds (some 5 to 10 us here) stays on the calling
 // thread: waking another costs more than it would gain.
 constexpr double PARALLEL_WORK = 1e5;
@@ -383,9 +383,9 @@ class Threads {
         for (int k = 1; k < n; k++) workers.emplace_back([this, seen = round.load()] { serve(seen); });
     }
     ~Threads() { stop(); }
-    // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows what a part threw (out of memory,
-    // say), as one thread would have. Called from inside a job (a product inside a sequence's attention), it runs
-    // every k there, in turn.
+    // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows the first exception a part threw
+    // (out of memory, say; the other parts still ran). Called from inside a job (a product inside a sequence's
+    // attention), it runs every k there, in turn.
     void run(const std::function<void(int)>& job) {
         if (workers.empty() || inside) {
             for (int k = 0; k < count(); k++) job(k);
@@ -411,12 +411,12 @@ class Threads {
 
   private:
     static constexpr int SPINS = 2000;  // yields a thread waits awake before it sleeps (about 1 ms, measured here)
-    static constexpr long ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
+    static constexpr std::int64_t ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
     std::vector<std::thread> workers;
     std::mutex lock;
     std::condition_variable wake, finished;
     const std::function<void(int)>* current = nullptr;
-    std::atomic<long> round{0}, next{0};
+    std::atomic<std::int64_t> round{0}, next{0};  // 64 bits everywhere: round * ROUND must not overflow
     std::atomic<int> parts{0}, done{0};  // this round's parts, and how many have ended
     bool quit = false;
     std::exception_ptr part_error;  // the first exception a part threw this round
@@ -424,15 +424,15 @@ class Threads {
 
     // Claim parts of round r and run them until none is left. A claim names its round, so a worker that wakes
     // late, after round r has ended, claims nothing and never touches a job that is gone.
-    void run_parts(long r) {
-        for (long claim = next.load(std::memory_order_acquire); claim / ROUND == r && claim % ROUND < parts;) {
+    void run_parts(std::int64_t r) {
+        for (std::int64_t claim = next.load(std::memory_order_acquire); claim / ROUND == r && claim % ROUND < parts;) {
             if (!next.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;  // claim: reread
             inside = true;
             std::exception_ptr error;
             try {
                 (*current)(int(claim % ROUND));
             } catch (...) {
-                error = std::current_exception();  // thrown once every part has ended: the others still read the job
+                error = std::current_exception();  // kept for run() to rethrow once every part has ended
             }
             inside = false;
             if (error) {
@@ -446,7 +446,7 @@ class Threads {
             claim = next.load(std::memory_order_acquire);
         }
     }
-    void serve(long seen) {  // seen: the round before this worker's first
+    void serve(std::int64_t seen) {  // seen: the round before this worker's first
         for (;;) {
             for (int spin = 0; round == seen && spin < SPINS; spin++) std::this_thread::yield();
             {
@@ -471,7 +471,8 @@ class Threads {
 inline Threads threads;  // the program's one pool: one thread (no workers) until --threads sets it
 
 // work(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
-// one a thread; with `work` (multiply-adds, or the like) under PARALLEL_WORK, all of it on the calling thread.
+// each run by the thread that claims it; with `work` (multiply-adds, or the like) under PARALLEL_WORK, all of it on
+// the calling thread.
 template <class Work>
 inline void parallel_for(int n, int grain, double work, Work&& ranges) {
     const int grains = (n + grain - 1) / grain, parts = work < PARALLEL_WORK ? 1 : std::min(threads.count(), grains);
@@ -541,7 +542,7 @@ inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const M
     }
 }
 // C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
-// With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), one a thread.
+// With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), for the threads.
 inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end = false) {
     const double work = double(C.rows) * C.cols * B.rows;  // multiply-adds
     if (C.rows >= TILE_ROWS * threads.count() || C.cols < TILE_COLS * threads.count())

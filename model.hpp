@@ -940,7 +940,8 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
             Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;  // (T, S)
             P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
                                   first_query);
-            for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, into the zero join
+            for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, summed straight into
+                                           // the zeroed join: the same bits as summing apart and adding to 0
                 double* o = &joined.data[std::size_t(e * T + i) * joined.cols + col];
                 for (int j = 0; j < S; j++) {
                     const double w = P.at(i, j), *v = &V.data[std::size_t(e * S + j) * V.cols + kv_col];
