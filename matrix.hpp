@@ -27,6 +27,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 // ---------------------------------------------------------------------------------------------
@@ -404,9 +405,7 @@ class Threads {
         for (int spin = 0; done < parts && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
         std::unique_lock<std::mutex> hold(lock);
         finished.wait(hold, [&] { return done == parts; });
-        std::exception_ptr error = nullptr;
-        std::swap(error, part_error);
-        if (error) std::rethrow_exception(error);
+        if (std::exception_ptr error = std::exchange(part_error, nullptr)) std::rethrow_exception(error);
     }
 
   private:

@@ -929,14 +929,15 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
         for (int h = 0; h < m.n_heads; h++) {
             int col = h * d_k, kv_col = h / group * d_k;
             Matrix scores(T, S);  // attention(): scale(matmul_bt_fast(Q, K), inv_sqrt_dk), one sum an entry
-            for (int i = 0; i < T; i++)
+            for (int i = 0; i < T; i++) {
+                const double* q = &Q.data[std::size_t(e * T + i) * Q.cols + col];  // query i of head h
                 for (int j = 0; j < S; j++) {
-                    const double* q = &Q.data[std::size_t(e * T + i) * Q.cols + col];
-                    const double* k = &K.data[std::size_t(e * S + j) * K.cols + kv_col];
+                    const double* k = &K.data[std::size_t(e * S + j) * K.cols + kv_col];  // key j of its K head
                     double sum = 0.0;
                     for (int p = 0; p < d_k; p++) sum += q[p] * k[p];
                     scores.at(i, j) = sum * inv_sqrt_dk;
                 }
+            }
             Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;  // (T, S)
             P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
                                   first_query);
