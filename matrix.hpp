@@ -361,7 +361,13 @@ inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
 // speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C stays in registers while p runs over
 // the whole sum, so each number loaded from A or B serves many entries, and the TILE_COLS chains of a
 // row fill the vector lanes. Same bits as the loops above (tests.cpp checks), which stay the reference.
-constexpr int TILE_ROWS = 6, TILE_COLS = 16;  // 6 x 16 sums in registers: the fastest tile measured here
+// The fastest tile measured here depends on the compiler: g++ with 512-bit vectors keeps a row of 8 sums in
+// one register and multiplies it by A's number straight from memory (docs/performance.md); others, 6 x 16.
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+constexpr int TILE_ROWS = 16, TILE_COLS = 8;
+#else
+constexpr int TILE_ROWS = 6, TILE_COLS = 16;
+#endif
 
 // Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges; the
 // thread that claims a range computes all of it, each entry exactly as one thread alone would compute it, so N
@@ -499,46 +505,55 @@ inline void parallel_each(int n, double work, Each&& each) {
 }
 
 // Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum (or, with
-// add_at_end, summed from 0 and then added to C, as matmul_backward's dA is).
-// op(A)[i][p] is A[i * a_row + p * a_col]: A itself (a_row = its cols, a_col = 1) or A transposed.
+// add_at_end, summed from 0 and then added to C, as matmul_backward's dA is). a points at op(A)[i0][0], and
+// op(A)[i0 + r][p] is a[r * a_row + p * a_col].
 template <int R, int W>
-inline void product_tile(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B,
+inline void product_tile(Matrix& C, const double* a, std::size_t a_row, std::size_t a_col, const Matrix& B,
                          bool add_at_end, int i0, int j0) {
     double sum[R][W];
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) sum[r][w] = add_at_end ? 0.0 : C.at(i0 + r, j0 + w);
-    for (int p = 0; p < B.rows; p++) {
-        double a[R];
-        for (int r = 0; r < R; r++) a[r] = A[(i0 + r) * a_row + p * a_col];
-        const double* b = &B.data[std::size_t(p) * B.cols + j0];  // row p of B, from column j0
+    const double* b = &B.data[j0];  // row p of B, from column j0
+    for (int p = 0; p < B.rows; p++, a += a_col, b += B.cols) {
+        double a_p[R];  // column p of the tile's rows of op(A)
+        for (int r = 0; r < R; r++) a_p[r] = a[r * a_row];
         for (int w = 0; w < W; w++)
-            for (int r = 0; r < R; r++) sum[r][w] += a[r] * b[w];
+            for (int r = 0; r < R; r++) sum[r][w] += a_p[r] * b[w];
     }
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = add_at_end ? C.at(i0 + r, j0 + w) + sum[r][w] : sum[r][w];
 }
-template <int R>  // rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of TILE_COLS columns, then those left over
-inline void product_rows(Matrix& C, const double* A, std::size_t a_row, std::size_t a_col, const Matrix& B,
-                         bool add_at_end, int i0, int j0, int j1) {
+// Rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of W columns, then those left over one at a time.
+// When op(A) is A, its R rows lie a row of A apart, and reading them all at every step of p can evict each other
+// from the cache (rows 4 KiB apart share a cache set); so they are first copied side by side, into panel (R
+// rows of B.rows numbers, the caller's, reused). When op(A) is A transposed, its rows already lie side by side.
+template <int R, int W>
+inline void product_rows(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end, int i0,
+                         int j0, int j1, std::vector<double>& panel) {
+    const double* a = &A.data[A_transposed ? std::size_t(i0) : std::size_t(i0) * A.cols];
+    std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
+    if (!A_transposed) {
+        panel.resize(std::size_t(R) * B.rows);
+        for (int r = 0; r < R; r++)
+            for (int p = 0; p < B.rows; p++) panel[std::size_t(p) * R + r] = A.at(i0 + r, p);
+        a = panel.data(), a_row = 1, a_col = R;
+    }
     int j = j0;
-    for (; j + TILE_COLS <= j1; j += TILE_COLS) product_tile<R, TILE_COLS>(C, A, a_row, a_col, B, add_at_end, i0, j);
-    for (; j < j1; j++) product_tile<R, 1>(C, A, a_row, a_col, B, add_at_end, i0, j);
+    for (; j + W <= j1; j += W) product_tile<R, W>(C, a, a_row, a_col, B, add_at_end, i0, j);
+    for (; j < j1; j++) product_tile<R, 1>(C, a, a_row, a_col, B, add_at_end, i0, j);
 }
-// Rows i0 .. i1-1, columns j0 .. j1-1 of C += op(A) B: TILE_ROWS rows at a time, then the 1 to 5 left over.
+// Rows i0 .. i1-1, columns j0 .. j1-1 of C += op(A) B: TILE_ROWS rows at a time, then those left over in tiles
+// of 8, 4, 2 and 1 rows, each as wide as measured fastest here (a tile too narrow keeps too few sums going).
 inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end, int i0,
                           int i1, int j0, int j1) {
-    const double* a = A.data.data();
-    std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
+    std::vector<double> panel;
     int i = i0;
-    for (; i + TILE_ROWS <= i1; i += TILE_ROWS) product_rows<TILE_ROWS>(C, a, a_row, a_col, B, add_at_end, i, j0, j1);
-    switch (i1 - i) {
-    case 5: product_rows<5>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
-    case 4: product_rows<4>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
-    case 3: product_rows<3>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
-    case 2: product_rows<2>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
-    case 1: product_rows<1>(C, a, a_row, a_col, B, add_at_end, i, j0, j1); break;
-    default: break;
-    }
+    for (; i + TILE_ROWS <= i1; i += TILE_ROWS)
+        product_rows<TILE_ROWS, TILE_COLS>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel);
+    if (i + 8 <= i1) product_rows<8, 16>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel), i += 8;
+    if (i + 4 <= i1) product_rows<4, 8>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel), i += 4;
+    if (i + 2 <= i1) product_rows<2, 32>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel), i += 2;
+    if (i + 1 <= i1) product_rows<1, 32>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel);
 }
 // C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
 // With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), for the threads.

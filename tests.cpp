@@ -293,13 +293,13 @@ TEST_CASE("gradient: take_block / add_into_block") {
 }
 
 // The fast kernels at the end of matrix.hpp add the same products in the same order as the plain
-// loops, so they must give the same bits: on odd shapes (full 6 x 16 tiles and the rows and columns
-// left over), and with gradients that already hold something (matmul_backward's dA adds its sum at
+// loops, so they must give the same bits: on odd shapes (full tiles, the tiles of 8, 4, 2 and 1 rows left
+// over, and the columns left over), and with gradients that already hold something (matmul_backward's dA adds its sum at
 // the end, as the plain loop does; its dB, and both gradients of matmul_bt, continue from what they hold).
 TEST_CASE("fast kernels: the same bits as the plain loops") {
     Rng rng(11);
     for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {6, 16, 16}, {13, 9, 35}, {40, 33, 17},
-                                     {67, 5, 3}}) {
+                                     {67, 5, 3}, {31, 12, 40}}) {
         int n = shape[0], k = shape[1], m = shape[2];
         Matrix A = random_matrix(n, k, rng), B = random_matrix(k, m, rng), Bt = random_matrix(m, k, rng);
         Matrix dC = random_matrix(n, m, rng), dA1 = random_matrix(n, k, rng), dB1 = random_matrix(k, m, rng);

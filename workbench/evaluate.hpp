@@ -5,7 +5,8 @@
 // Many examples are decoded or scored a chunk at a time, as one stack of rows: large products, bounded
 // memory. A forward pass keeps per sequence of length L about n_heads L^2 + 16 L d_model values in each
 // attention layer and 4 L d_ff in each feed-forward; a chunk keeps at most CHUNK_VALUES (48 MB) of them,
-// in 6 to 100 sequences (6 fill matmul_fast's tile of rows at each decoding position).
+// in 6 to 100 sequences (at each decoding position, every number a product reads from a weight then serves
+// at least 6 rows).
 #pragma once
 
 #include "beam.hpp"
@@ -18,7 +19,7 @@ inline std::size_t chunk_size(const ModelConfig& c, int L) {
     L = positions_read(c, L);  // decoder-only: source and answer, one sequence
     double per_sequence = attention_layers * (double(c.n_heads) * L * L + 16.0 * L * c.d_model) +
                           ffn_layers * 4.0 * L * c.d_ff;
-    return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, double(TILE_ROWS), 100.0));
+    return std::size_t(std::clamp(CHUNK_VALUES / per_sequence, 6.0, 100.0));
 }
 
 struct Accuracy {
