@@ -505,32 +505,34 @@ inline void parallel_each(int n, double work, Each&& each) {
 }
 
 // Rows i0 .. i0+R-1, columns j0 .. j0+W-1 of  C += op(A) B,  each entry continuing its own sum (or, with
-// add_at_end, summed from 0 and then added to C, as matmul_backward's dA is). a points at op(A)[i0][0], and
-// op(A)[i0 + r][p] is a[r * a_row + p * a_col].
+// add_at_end, summed from 0 and then added to C, as matmul_backward's dA is). a points at op(A)[i0][0];
+// a_row is the step in a from one row of op(A) to the next, a_col from one column to the next.
 template <int R, int W>
 inline void product_tile(Matrix& C, const double* a, std::size_t a_row, std::size_t a_col, const Matrix& B,
                          bool add_at_end, int i0, int j0) {
     double sum[R][W];
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) sum[r][w] = add_at_end ? 0.0 : C.at(i0 + r, j0 + w);
-    const double* b = &B.data[j0];  // row p of B, from column j0
-    for (int p = 0; p < B.rows; p++, a += a_col, b += B.cols) {
-        double a_p[R];  // column p of the tile's rows of op(A)
-        for (int r = 0; r < R; r++) a_p[r] = a[r * a_row];
+    for (int p = 0; p < B.rows; p++) {
+        const double* b = B.data.data() + std::size_t(p) * B.cols + j0;  // row p of B, from column j0
+        double a_p[R];                                                   // column p of the tile's rows of op(A)
+        for (int r = 0; r < R; r++) a_p[r] = a[r * a_row + p * a_col];
         for (int w = 0; w < W; w++)
             for (int r = 0; r < R; r++) sum[r][w] += a_p[r] * b[w];
     }
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = add_at_end ? C.at(i0 + r, j0 + w) + sum[r][w] : sum[r][w];
 }
-// Rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of W columns, then those left over one at a time.
-// When op(A) is A, its R rows lie a row of A apart, and reading them all at every step of p can evict each other
-// from the cache (rows 4 KiB apart share a cache set); so they are first copied side by side, into panel (R
-// rows of B.rows numbers, the caller's, reused). When op(A) is A transposed, its rows already lie side by side.
+// Rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of W columns, then of 8, then one column at a time.
+// When op(A) is A, the tile reads R rows of A, a row of A apart, at every step of p; rows a multiple of 4 KiB
+// apart (A.cols a multiple of 512) share cache sets and evict each other. So those rows are first copied,
+// transposed, into panel: panel[p * R + r] = A[i0 + r][p], the R numbers a step needs side by side (a copy
+// costs little beside the product; the panel is reused by every tile of rows of the caller's block). When
+// op(A) is A transposed, the numbers a step needs, A[p][i0 .. i0+R-1], already lie side by side.
 template <int R, int W>
 inline void product_rows(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end, int i0,
                          int j0, int j1, std::vector<double>& panel) {
-    const double* a = &A.data[A_transposed ? std::size_t(i0) : std::size_t(i0) * A.cols];
+    const double* a = A.data.data() + (A_transposed ? std::size_t(i0) : std::size_t(i0) * A.cols);
     std::size_t a_row = A_transposed ? 1 : A.cols, a_col = A_transposed ? A.cols : 1;
     if (!A_transposed) {
         panel.resize(std::size_t(R) * B.rows);
@@ -540,10 +542,12 @@ inline void product_rows(Matrix& C, const Matrix& A, bool A_transposed, const Ma
     }
     int j = j0;
     for (; j + W <= j1; j += W) product_tile<R, W>(C, a, a_row, a_col, B, add_at_end, i0, j);
+    for (; j + 8 <= j1; j += 8) product_tile<R, 8>(C, a, a_row, a_col, B, add_at_end, i0, j);
     for (; j < j1; j++) product_tile<R, 1>(C, a, a_row, a_col, B, add_at_end, i0, j);
 }
 // Rows i0 .. i1-1, columns j0 .. j1-1 of C += op(A) B: TILE_ROWS rows at a time, then those left over in tiles
-// of 8, 4, 2 and 1 rows, each as wide as measured fastest here (a tile too narrow keeps too few sums going).
+// of 8, 4, 2 and 1 rows (with 6-row tiles, at most 4 + 1), each as wide as measured fastest with g++ and 512-bit
+// vectors (a tile too narrow keeps too few sums going).
 inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end, int i0,
                           int i1, int j0, int j1) {
     std::vector<double> panel;
@@ -555,8 +559,9 @@ inline void product_block(Matrix& C, const Matrix& A, bool A_transposed, const M
     if (i + 2 <= i1) product_rows<2, 32>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel), i += 2;
     if (i + 1 <= i1) product_rows<1, 32>(C, A, A_transposed, B, add_at_end, i, j0, j1, panel);
 }
-// C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m).
-// With --threads N: C's rows cut into N ranges of whole tiles (or its columns, when rows are few), for the threads.
+// C (n, m) += op(A) B, with op(A) = A (n, k) or, when A_transposed, the transpose of A (k, n); B (k, m); C shares
+// no storage with A or B. With --threads N: C's rows cut into N ranges of whole tiles (or, when rows are few and
+// columns many, its columns), for the threads.
 inline void product_into(Matrix& C, const Matrix& A, bool A_transposed, const Matrix& B, bool add_at_end = false) {
     const double work = double(C.rows) * C.cols * B.rows;  // multiply-adds
     if (C.rows >= TILE_ROWS * threads.count() || C.cols < TILE_COLS * threads.count())

@@ -294,12 +294,14 @@ TEST_CASE("gradient: take_block / add_into_block") {
 
 // The fast kernels at the end of matrix.hpp add the same products in the same order as the plain
 // loops, so they must give the same bits: on odd shapes (full tiles, the tiles of 8, 4, 2 and 1 rows left
-// over, and the columns left over), and with gradients that already hold something (matmul_backward's dA adds its sum at
-// the end, as the plain loop does; its dB, and both gradients of matmul_bt, continue from what they hold).
+// over, and the columns left over; and empty ones, k = 0, no rows, no columns, which the sanitizers of
+// make sanitize check for reads outside the matrices), and with gradients that already hold something
+// (matmul_backward's dA adds its sum at the end, as the plain loop does; its dB, and both gradients of
+// matmul_bt, continue from what they hold).
 TEST_CASE("fast kernels: the same bits as the plain loops") {
     Rng rng(11);
     for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {6, 16, 16}, {13, 9, 35}, {40, 33, 17},
-                                     {67, 5, 3}, {31, 12, 40}}) {
+                                     {67, 5, 3}, {31, 12, 40}, {3, 0, 4}, {0, 5, 4}, {4, 5, 0}}) {
         int n = shape[0], k = shape[1], m = shape[2];
         Matrix A = random_matrix(n, k, rng), B = random_matrix(k, m, rng), Bt = random_matrix(m, k, rng);
         Matrix dC = random_matrix(n, m, rng), dA1 = random_matrix(n, k, rng), dB1 = random_matrix(k, m, rng);
