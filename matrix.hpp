@@ -523,7 +523,8 @@ inline void product_tile(Matrix& C, const double* a, std::size_t a_row, std::siz
     for (int r = 0; r < R; r++)
         for (int w = 0; w < W; w++) C.at(i0 + r, j0 + w) = add_at_end ? C.at(i0 + r, j0 + w) + sum[r][w] : sum[r][w];
 }
-// Rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of W columns, then of 8, then one column at a time.
+// Rows i0 .. i0+R-1, columns j0 .. j1-1 of C: tiles of W columns, then of 8 (a 512-bit register of sums a row,
+// for the columns a thread's range leaves beyond the wide tiles), then one column at a time.
 // When op(A) is A, the tile reads R rows of A, a row of A apart, at every step of p; rows a multiple of 4 KiB
 // apart (A.cols a multiple of 512) share cache sets and evict each other. So those rows are first copied,
 // transposed, into panel: panel[p * R + r] = A[i0 + r][p], the R numbers a step needs side by side (a copy
