@@ -35,7 +35,7 @@ CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # square root and a division are rounded exactly as IEEE says in a lane or alone, so no number changes.
 # -pthread: --threads runs std::threads (older C libraries and some systems link them only with this flag).
 FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
-HEADERS  := matrix.hpp model.hpp train.hpp
+HEADERS  := matrix.hpp model.hpp train.hpp workbench/threads.hpp  # the tutorial, and the pool it runs on
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
 WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)
@@ -117,9 +117,10 @@ tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Ma
 	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
 	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. $(DOCTEST_INCLUDE) -x c++ -o $@ - -x none doctest-main.o
 
-# ThreadSanitizer on the lab notebook's thread tests and the kernels (--threads: no data race between the pool's threads).
-tests-tsan: tests.cpp $(HEADERS) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -o $@ tests.cpp doctest-main.o
+# ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads).
+tests-tsan: tests.cpp workbench/threads_test.cpp $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -o $@ tests.cpp workbench/threads_test.cpp \
+	  doctest-main.o
 
 sanitize: tests-sanitize tests-tsan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize

@@ -19,16 +19,11 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
-#include <functional>
-#include <mutex>
-#include <thread>
-#include <utility>
 #include <vector>
+
+#include "workbench/threads.hpp"  // Threads, the pool the fast section's products run on (--threads N)
 
 // ---------------------------------------------------------------------------------------------
 // Matrix: rows x cols doubles, row-major. at(r, c) is the only indexing a reader needs.
@@ -371,109 +366,9 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;
 
 // Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges; the
 // thread that claims a range computes all of it, each entry exactly as one thread alone would compute it, so N
-// changes no bit of any result. Work under PARALLEL_WORK multiply-adds (some 5 to 10 us here) stays on the calling
-// thread: waking another costs more than it would gain.
+// changes no bit of any result. The pool `threads` (workbench/threads.hpp) runs the ranges. Work under PARALLEL_WORK
+// multiply-adds (some 5 to 10 us here) stays on the calling thread: waking another costs more than it would gain.
 constexpr double PARALLEL_WORK = 1e5;
-
-// Threads, the pool: run(job) is one round of parts 0 .. count()-1. It posts the job; each thread, the caller and
-// every worker awake, claims the next part no one has taken, runs it, and claims again until none is left, so the
-// caller never waits on a worker that has not woken: it runs that part itself. Part k cuts the same range whoever
-// runs it, so the bits do not depend on who ran what. Between rounds a worker waits awake (yielding its core) for
-// SPINS yields, as the next product of a step comes sooner than that, then sleeps until the next round.
-class Threads {
-  public:
-    int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers
-    void set_count(int n) {  // n >= 1: n - 1 workers. From the program's thread, between jobs; a process that
-                             // forks sets 1 first (a child would have none of the workers)
-        stop();
-        quit = false;
-        for (int k = 1; k < n; k++) workers.emplace_back([this, seen = round.load()] { serve(seen); });
-    }
-    ~Threads() { stop(); }
-    // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows the first exception a part threw
-    // (out of memory, say; the other parts still ran). Called from inside a job (a product inside a sequence's
-    // attention), it runs every k there, in turn.
-    void run(const std::function<void(int)>& job) {
-        if (workers.empty() || inside) {
-            for (int k = 0; k < count(); k++) job(k);
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> hold(lock);
-            current = &job;
-            parts = count();
-            done = 0;
-            round++;
-            next.store(round * ROUND, std::memory_order_release);  // part 0 of this round is the next to claim
-        }
-        wake.notify_all();
-        run_parts(round);
-        for (int spin = 0; done < parts && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
-        std::unique_lock<std::mutex> hold(lock);
-        finished.wait(hold, [&] { return done == parts; });
-        if (std::exception_ptr error = std::exchange(part_error, nullptr)) std::rethrow_exception(error);
-    }
-
-  private:
-    static constexpr int SPINS = 2000;  // yields a thread waits awake before it sleeps (about 1 ms, measured here)
-    static constexpr std::int64_t ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
-    std::vector<std::thread> workers;
-    std::mutex lock;
-    std::condition_variable wake, finished;
-    const std::function<void(int)>* current = nullptr;
-    std::atomic<std::int64_t> round{0}, next{0};  // 64 bits everywhere: round * ROUND must not overflow
-    std::atomic<int> parts{0}, done{0};  // this round's parts, and how many have ended
-    bool quit = false;
-    std::exception_ptr part_error;  // the first exception a part threw this round
-    static inline thread_local bool inside = false;  // this thread is running a job
-
-    // Claim parts of round r and run them until none is left. A claim names its round, so a worker that wakes
-    // late, after round r has ended, claims nothing and never touches a job that is gone.
-    void run_parts(std::int64_t r) {
-        for (std::int64_t claim = next.load(std::memory_order_acquire); claim / ROUND == r && claim % ROUND < parts;) {
-            if (!next.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;  // claim: reread
-            inside = true;
-            std::exception_ptr error;
-            try {
-                (*current)(int(claim % ROUND));
-            } catch (...) {
-                error = std::current_exception();  // kept for run() to rethrow once every part has ended
-            }
-            inside = false;
-            if (error) {
-                std::lock_guard<std::mutex> hold(lock);
-                if (!part_error) part_error = error;
-            }
-            if (done.fetch_add(1) + 1 == parts) {
-                std::lock_guard<std::mutex> hold(lock);  // the caller is waiting, or has not yet looked
-                finished.notify_one();
-            }
-            claim = next.load(std::memory_order_acquire);
-        }
-    }
-    void serve(std::int64_t seen) {  // seen: the round before this worker's first
-        for (;;) {
-            for (int spin = 0; round == seen && spin < SPINS; spin++) std::this_thread::yield();
-            {
-                std::unique_lock<std::mutex> hold(lock);
-                wake.wait(hold, [&] { return round != seen || quit; });
-                if (quit) return;
-                seen = round;
-            }
-            run_parts(seen);
-        }
-    }
-    void stop() {
-        {
-            std::lock_guard<std::mutex> hold(lock);
-            quit = true;
-        }
-        wake.notify_all();
-        for (std::thread& t : workers) t.join();
-        workers.clear();
-    }
-};
-inline Threads threads;  // the program's one pool: one thread (no workers) until --threads sets it
 
 // work(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
 // each run by the thread that claims it; with `work` (multiply-adds, or the like) under PARALLEL_WORK, all of it on

@@ -16,12 +16,11 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "train.hpp"  // and, through it, model.hpp and matrix.hpp: the tutorial, and nothing of the program
+#include "train.hpp"  // and, through it, model.hpp and matrix.hpp: the tutorial (and the pool matrix.hpp runs on)
 
 // One step of plain SGD on a given batch (SGD keeps nothing between steps): what most tests train with.
 inline double sgd_step(Transformer& model, const std::vector<Example>& batch, double lr) {
@@ -323,7 +322,7 @@ TEST_CASE("fast kernels: the same bits as the plain loops") {
     }
 }
 
-// --threads N (matrix.hpp's Threads): every entry of a product is still summed by one thread in the plain loop's
+// --threads N (workbench/threads.hpp): every entry of a product is still summed by one thread in the plain loop's
 // order, so 1, 2, 3 and 8 threads give the plain loops' bits. The shapes are large enough to be cut (above
 // PARALLEL_WORK): by rows, by columns (7 rows), ranges ending mid-tile, more threads than tiles.
 TEST_CASE("threads: the fast kernels give the plain loops' bits on 1, 2, 3 and 8 threads") {
@@ -1538,46 +1537,6 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     // greedy decoding of the stack: the same outputs as one source at a time
     std::vector<std::vector<int>> together = greedy_decode(stacked, sources, d.seq_len);
     for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, {sources[i]}, d.seq_len)[0]);
-}
-
-// A part that throws (out of memory, say) must not end the program from a worker, nor leave the others
-// reading a job that is gone: run() waits for every part, then rethrows on the calling thread; the pool
-// then serves the next job.
-TEST_CASE("threads: a part that throws is rethrown by the caller once every part has ended") {
-    threads.set_count(3);
-    for (int thrower : {0, 2}) {  // the calling thread's part, a worker's
-        std::atomic<int> ran{0};
-        CHECK_THROWS_AS(threads.run([&](int k) {
-            ran++;
-            if (k == thrower) throw std::runtime_error("part " + std::to_string(k));
-        }), std::runtime_error);
-        CHECK(ran == 3);
-    }
-    std::atomic<int> after{0};
-    threads.run([&](int) { after++; });
-    CHECK(after == 3);
-    threads.set_count(1);
-}
-
-// Each thread claims the next part no one has taken, so who runs a part changes from round to round, and a
-// worker may wake after its round has ended. Every part must still run exactly once a round, and run() must
-// return only after all have: here parts of unequal length (part 0 the longest, then the last), many rounds.
-TEST_CASE("threads: every part runs exactly once a round, whoever claims it") {
-    for (int count : {2, 3, 8}) {
-        threads.set_count(count);
-        bool all_once = true;
-        for (int round = 0; round < 2000; round++) {
-            std::vector<std::atomic<int>> ran(std::size_t(count) + 1);
-            threads.run([&](int k) {
-                volatile double sink = 0.0;
-                for (int i = 0; i < (k == 0 ? 3000 : k == count - 1 ? 1000 : 10) * (round % 3); i++) sink = sink + i;
-                ran[std::size_t(k)]++;
-            });
-            for (int k = 0; k <= count; k++) all_once = all_once && ran[std::size_t(k)] == (k < count ? 1 : 0);
-        }
-        CHECK(all_once);
-    }
-    threads.set_count(1);
 }
 
 // --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
