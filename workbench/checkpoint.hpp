@@ -8,14 +8,13 @@
 
 #include "files.hpp"
 
-// What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the
-// training settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file.
-// The format is plain text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The
-// sinusoidal table is computed, not stored. Version 2 adds a training section after the tensors, so --load FILE
-// --steps N goes on where the run stopped (version 1 files still load). Version 3 adds the regularisers' lines
-// (header and training), which it wrote only when one was on; version 4 writes every line
-// and adds the seed; version 5, the one written now, adds the steps the run was planned for (--finish). A
-// setting's first version is in its row below.
+// What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the training
+// settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file. The format is plain
+// text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The sinusoidal table is computed,
+// not stored. Version 2 adds a training section after the tensors, so --load FILE --steps N goes on where the run
+// stopped (version 1 files still load). Version 3 adds the regularisers' lines (header and training), which it wrote
+// only when one was on; version 4 writes every line and adds the seed; version 5, the one written now, adds the steps
+// the run was planned for (--finish). A setting's first version is in its row below.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
