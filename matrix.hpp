@@ -370,9 +370,9 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;
 // multiply-adds (some 5 to 10 us here) stays on the calling thread: waking another costs more than it would gain.
 constexpr double PARALLEL_WORK = 1e5;
 
-// work(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
-// each run by the thread that claims it; with `work` (multiply-adds, or the like) under PARALLEL_WORK, all of it on
-// the calling thread.
+// ranges(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
+// each run by the thread that claims it; when `work` (the multiply-adds, or the like) is under PARALLEL_WORK, all
+// of it on the calling thread.
 template <class Work>
 inline void parallel_for(int n, int grain, double work, Work&& ranges) {
     const int grains = (n + grain - 1) / grain, parts = work < PARALLEL_WORK ? 1 : std::min(threads.count(), grains);
@@ -387,11 +387,12 @@ inline void parallel_for(int n, int grain, double work, Work&& ranges) {
     });
 }
 
-// each(e) for e = 0 .. n-1, on the threads as parallel_for cuts them: model.hpp's sequences, which attend only to
-// their own rows. attention_work: the work of `heads` heads of T queries and S keys of d_k columns, for it: their
-// two products, and about 5000 multiply-adds' worth for each head's small matrices (measured: with 600, decoding's
-// attention stayed on one thread, and one held-out evaluation of the large model took 1.28x as long).
+// The work of `heads` heads of T queries and S keys of d_k columns, for parallel_each below: their two products,
+// and about 5000 multiply-adds' worth for each head's small matrices (measured: with 600, decoding's attention
+// stayed on one thread, and one held-out evaluation of the large model took 1.28x as long).
 inline double attention_work(int heads, int T, int S, int d_k) { return heads * (2.0 * T * S * d_k + 5000.0); }
+// each(e) for e = 0 .. n-1, on the threads as parallel_for cuts them: model.hpp's sequences, which attend only to
+// their own rows.
 template <class Each>
 inline void parallel_each(int n, double work, Each&& each) {
     parallel_for(n, 1, work, [&](int begin, int end) {

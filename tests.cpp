@@ -322,9 +322,9 @@ TEST_CASE("fast kernels: the same bits as the plain loops") {
     }
 }
 
-// --threads N (workbench/threads.hpp): every entry of a product is still summed by one thread in the plain loop's
-// order, so 1, 2, 3 and 8 threads give the plain loops' bits. The shapes are large enough to be cut (above
-// PARALLEL_WORK): by rows, by columns (7 rows), ranges ending mid-tile, more threads than tiles.
+// --threads N (matrix.hpp's parallel_for and product_into): every entry of a product is still summed by one thread
+// in the plain loop's order, so 1, 2, 3 and 8 threads give the plain loops' bits. The shapes are large enough to be
+// cut (above PARALLEL_WORK): by rows, by columns (7 rows), ranges ending mid-tile, more threads than tiles.
 TEST_CASE("threads: the fast kernels give the plain loops' bits on 1, 2, 3 and 8 threads") {
     Rng rng(12);
     for (std::array<int, 3> shape : {std::array<int, 3>{67, 40, 61}, {7, 300, 101}, {130, 129, 13}, {200, 2, 300}}) {

@@ -15,9 +15,10 @@
 
 // Threads, the pool: run(job) is one round of parts 0 .. count()-1. It posts the job; each thread, the caller and
 // every worker awake, claims the next part no one has taken, runs it, and claims again until none is left, so the
-// caller never waits on a worker that has not woken: it runs that part itself. Part k cuts the same range whoever
-// runs it, so the bits do not depend on who ran what. Between rounds a worker waits awake (yielding its core) for
-// SPINS yields, as the next product of a step comes sooner than that, then sleeps until the next round.
+// caller never waits on a worker that has not woken: it runs that part itself. Part k is the same work whoever runs
+// it (matrix.hpp's parallel_for gives part k its range), so the bits do not depend on who ran what. Between rounds a
+// worker waits awake (yielding its core) for SPINS yields, as the next product of a step comes sooner than that,
+// then sleeps until the next round.
 class Threads {
   public:
     int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers
@@ -29,8 +30,8 @@ class Threads {
     }
     ~Threads() { stop(); }
     // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows the first exception a part threw
-    // (out of memory, say; the other parts still ran). Called from inside a job (a product inside a sequence's
-    // attention), it runs every k there, in turn.
+    // (out of memory, say; the other parts still ran). Called from inside a job (a product inside one sequence's
+    // attention, which matrix.hpp's parallel_each runs as a part), it runs every k there, in turn.
     void run(const std::function<void(int)>& job) {
         if (workers.empty() || inside) {
             for (int k = 0; k < count(); k++) job(k);
