@@ -425,10 +425,8 @@ inline void product_tile(Matrix& C, const double* a, std::size_t a_row, std::siz
     const bool read_ahead = B.cols >= 64;
     for (int p = 0; p < B.rows; p++) {
         const double* b = B.data.data() + std::size_t(p) * B.cols + j0;  // row p of B, from column j0
-        if (read_ahead && p + AHEAD < B.rows) {  // every cache line of the W numbers, AHEAD rows on
-            for (int w = 0; w < W; w += 8) prefetch(b + AHEAD * B.cols + w);
-            prefetch(b + AHEAD * B.cols + W - 1);
-        }
+        if (read_ahead && p + AHEAD < B.rows)  // every cache line of the W numbers (8 a line), AHEAD rows on
+            for (int w = 0; w <= W; w += 8) prefetch(b + AHEAD * B.cols + std::min(w, W - 1));
         double a_p[R];                                                   // column p of the tile's rows of op(A)
         for (int r = 0; r < R; r++) a_p[r] = a[r * a_row + p * a_col];
         for (int w = 0; w < W; w++)
