@@ -403,8 +403,9 @@ inline void parallel_each(int n, double work, Each&& each) {
 // Reading ahead. A tile reads B a row at a time, and row p lies B.cols numbers after row p - 1. From B.cols = 64 on
 // (rows 512 bytes apart, at most 8 to a 4 KiB page; from 512 on, one to a page) the processor's own prefetcher, which
 // stops at a page's end, falls behind: when B is not in the core's cache (decoding reads every weight afresh at each
-// token), the tile waits at each new page. So it asks for its columns of the row AHEAD steps on. Below 64 (the
-// default size's B has at most 32 columns) it does not. A hint: it changes no number.
+// token), the tile waits at each new page. So it asks for its columns of the row AHEAD steps on: a number every 8
+// (8 fill a 64-byte line) and its last, as they may start mid-line. Below 64 (the default size's B has at most 32
+// columns) it does not. A hint: it changes no number.
 constexpr int AHEAD = 8;
 inline void prefetch(const double* x) {
 #ifdef __GNUC__
@@ -426,8 +427,7 @@ inline void product_tile(Matrix& C, const double* a, std::size_t a_row, std::siz
     const bool read_ahead = B.cols >= 64;
     for (int p = 0; p < B.rows; p++) {
         const double* b = B.data.data() + std::size_t(p) * B.cols + j0;  // row p of B, from column j0
-        if (read_ahead && p + AHEAD < B.rows)  // every 64-byte line of the W numbers (8 a line, and the last
-                                                // number too: they may start mid-line), AHEAD rows on
+        if (read_ahead && p + AHEAD < B.rows)  // row p + AHEAD, every cache line of the tile's W columns
             for (int w = 0; w <= W; w += 8) prefetch(b + AHEAD * B.cols + std::min(w, W - 1));
         double a_p[R];                                                   // column p of the tile's rows of op(A)
         for (int r = 0; r < R; r++) a_p[r] = a[r * a_row + p * a_col];
