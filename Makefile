@@ -35,7 +35,11 @@ CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # square root and a division are rounded exactly as IEEE says in a lane or alone, so no number changes.
 # -pthread: --threads runs std::threads (older C libraries and some systems link them only with this flag).
 FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
-HEADERS  := matrix.hpp model.hpp train.hpp workbench/threads.hpp  # the tutorial, and the pool it runs on
+# The tutorial, and beneath it engine/: the fast kernels and the pool they run on (tested beside themselves,
+# engine/*_test.cpp, with the program's flags: the kernels are tested as ./sorter runs them).
+ENGINE       := $(wildcard engine/*.hpp)
+ENGINE_TESTS := $(wildcard engine/*_test.cpp)
+HEADERS  := matrix.hpp model.hpp train.hpp $(ENGINE)
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
 WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)
@@ -90,7 +94,9 @@ tests.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 workbench-tests.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
 	printf '#include "%s"\n' $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
-tests: doctest-main.o tests.o workbench-tests.o
+engine-tests.o: $(ENGINE_TESTS) $(HEADERS) Makefile | doctest
+	printf '#include "%s"\n' $(ENGINE_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
+tests: doctest-main.o tests.o engine-tests.o workbench-tests.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $^
 
 test: tests
@@ -113,13 +119,13 @@ gradcheck: gradcheck-tests
 	 wait $$half; status=$$?; cat gradcheck-half.log; rm -f gradcheck-half.log; \
 	 test $$rest -eq 0 && test $$status -eq 0
 
-tests-sanitize: tests.cpp $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
-	printf '#include "%s"\n' tests.cpp $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
+tests-sanitize: tests.cpp $(ENGINE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
+	printf '#include "%s"\n' tests.cpp $(ENGINE_TESTS) $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
 	  -fsanitize=address,undefined -fno-sanitize-recover=all -I. $(DOCTEST_INCLUDE) -x c++ -o $@ - -x none doctest-main.o
 
 # ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads).
-tests-tsan: tests.cpp workbench/threads_test.cpp $(HEADERS) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -o $@ tests.cpp workbench/threads_test.cpp \
+tests-tsan: tests.cpp $(ENGINE_TESTS) $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -o $@ tests.cpp $(ENGINE_TESTS) \
 	  doctest-main.o
 
 sanitize: tests-sanitize tests-tsan
@@ -202,5 +208,5 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
 	  sorter.html sorter-web.js

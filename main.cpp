@@ -202,7 +202,7 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
 
 // Everything a command line asks for, in order; returns the exit status.
 inline int run(Options o) {
-    with_signals_blocked([&] { threads.set_count(o.threads); });  // workbench/threads.hpp; same bits on any count
+    with_signals_blocked([&] { threads.set_count(o.threads); });  // engine/threads.hpp; same bits on any count
     if (run_alone(o)) return 0;
     enter_phase(Phase::before_training);  // a signal ends the run at once: nothing learned yet
     check_output_paths(o);

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kernels.hpp"  // matmul_fast and the rest: matrix.hpp's products, faster (beneath the tutorial)
 #include "matrix.hpp"
 
 // The exercise switches, each with its names as the flags and the checkpoint file spell them.

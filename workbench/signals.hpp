@@ -40,7 +40,7 @@ constexpr int HANDLED_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};  // what a
 inline void install_signal_handlers() {  // main() calls it first
     for (int sig : HANDLED_SIGNALS) std::signal(sig, on_signal);
 }
-// The pool's workers (--threads, threads.hpp) start with these signals blocked and keep that mask: the handler
+// The pool's workers (--threads, engine/threads.hpp) start with these signals blocked and keep that mask: the handler
 // always runs on the program's own thread, which reads what it wrote.
 template <class Start>
 inline void with_signals_blocked(Start&& start) {

@@ -1,4 +1,4 @@
-// workbench/threads.hpp -- the pool that matrix.hpp's fast section shares its work out on (--threads N).
+// engine/threads.hpp -- the pool that engine/kernels.hpp shares its work out on (--threads N).
 // matrix.hpp's parallel_for says how a piece of work is cut into ranges, one a thread; this is who runs them.
 // Tests: threads_test.cpp beside it; the same bits on any count, tests.cpp.
 #pragma once

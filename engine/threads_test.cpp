@@ -1,4 +1,4 @@
-// workbench/threads_test.cpp -- tests of the pool (threads.hpp): every part runs once a round, and a part that
+// engine/threads_test.cpp -- tests of the pool (threads.hpp): every part runs once a round, and a part that
 // throws is rethrown by the caller. That results keep their bits on any count is tests.cpp's.
 #include <doctest/doctest.h>
 

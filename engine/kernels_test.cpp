@@ -1,0 +1,76 @@
+// engine/kernels_test.cpp -- the fast kernels (kernels.hpp) against matrix.hpp's plain loops: the same bits, on any
+// shape and on 1, 2, 3 and 8 threads. Built with the program's flags (Makefile), as the kernels run in ./sorter.
+#include <doctest/doctest.h>
+
+#include <array>
+
+#include "kernels.hpp"
+
+namespace {
+Matrix filled(int rows, int cols, Rng& rng) {  // entries uniform in [-1, 1)
+    Matrix m(rows, cols);
+    for (double& x : m.data) x = rng.uniform(-1.0, 1.0);
+    return m;
+}
+}  // namespace
+
+// The fast kernels add the same products in the same order as the plain
+// loops, so they must give the same bits: on odd shapes (full tiles, the tiles of 8, 4, 2 and 1 rows left
+// over, and the columns left over; and empty ones, k = 0, no rows, no columns, which the sanitizers of
+// make sanitize check for reads outside the matrices), and with gradients that already hold something
+// (matmul_backward's dA adds its sum at the end, as the plain loop does; its dB, and both gradients of
+// matmul_bt, continue from what they hold).
+TEST_CASE("fast kernels: the same bits as the plain loops") {
+    Rng rng(11);
+    for (std::array<int, 3> shape : {std::array<int, 3>{1, 1, 1}, {3, 7, 5}, {6, 16, 16}, {13, 9, 35}, {40, 33, 17},
+                                     {67, 5, 3}, {31, 12, 40}, {3, 0, 4}, {0, 5, 4}, {4, 5, 0}}) {
+        int n = shape[0], k = shape[1], m = shape[2];
+        Matrix A = filled(n, k, rng), B = filled(k, m, rng), Bt = filled(m, k, rng);
+        Matrix dC = filled(n, m, rng), dA1 = filled(n, k, rng), dB1 = filled(k, m, rng);
+        Matrix dA2 = dA1, dB2 = dB1;
+        matmul_backward(dC, A, B, dA1, dB1);
+        matmul_backward_fast(dC, A, B, dA2, dB2);
+        INFO(n << " x " << k << " x " << m);
+        CHECK(dA1.data == dA2.data);
+        CHECK(dB1.data == dB2.data);
+        CHECK(matmul(A, B).data == matmul_fast(A, B).data);
+        CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
+        Matrix dCt = filled(n, m, rng), dA3 = filled(n, k, rng), dBt3 = filled(m, k, rng);
+        Matrix dA4 = dA3, dBt4 = dBt3;
+        matmul_bt_backward(dCt, A, Bt, dA3, dBt3);
+        matmul_bt_backward_fast(dCt, A, Bt, dA4, dBt4);
+        CHECK(dA3.data == dA4.data);
+        CHECK(dBt3.data == dBt4.data);
+        CHECK(transpose(transpose(A)).data == A.data);
+    }
+}
+
+// --threads N (parallel_for and product_into): every entry of a product is still summed by one thread
+// in the plain loop's order, so 1, 2, 3 and 8 threads give the plain loops' bits. The shapes are large enough to be
+// cut (above PARALLEL_WORK): by rows, by columns (7 rows), ranges ending mid-tile, more threads than tiles.
+TEST_CASE("threads: the fast kernels give the plain loops' bits on 1, 2, 3 and 8 threads") {
+    Rng rng(12);
+    for (std::array<int, 3> shape : {std::array<int, 3>{67, 40, 61}, {7, 300, 101}, {130, 129, 13}, {200, 2, 300}}) {
+        int n = shape[0], k = shape[1], m = shape[2];
+        REQUIRE(double(n) * k * m >= PARALLEL_WORK);
+        Matrix A = filled(n, k, rng), B = filled(k, m, rng), Bt = filled(m, k, rng);
+        Matrix dC = filled(n, m, rng), dA0 = filled(n, k, rng), dB0 = filled(k, m, rng);
+        Matrix dA1 = dA0, dB1 = dB0, dBt1 = filled(m, k, rng), dA3 = dA0, dBt3 = dBt1;
+        matmul_backward(dC, A, B, dA1, dB1);
+        matmul_bt_backward(dC, A, Bt, dA3, dBt3);
+        for (int count : {1, 2, 3, 8}) {
+            threads.set_count(count);
+            INFO(n << " x " << k << " x " << m << " on " << count << " threads");
+            CHECK(matmul(A, B).data == matmul_fast(A, B).data);
+            CHECK(matmul_bt(A, Bt).data == matmul_bt_fast(A, Bt).data);
+            Matrix dA2 = dA0, dB2 = dB0, dA4 = dA0, dBt4 = dBt1;
+            matmul_backward_fast(dC, A, B, dA2, dB2);
+            matmul_bt_backward_fast(dC, A, Bt, dA4, dBt4);
+            CHECK(dA1.data == dA2.data);
+            CHECK(dB1.data == dB2.data);
+            CHECK(dA3.data == dA4.data);
+            CHECK(dBt3.data == dBt4.data);
+        }
+    }
+    threads.set_count(1);
+}
