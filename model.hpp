@@ -24,17 +24,18 @@
 
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/kernels.hpp"  // matmul_fast and the rest: matrix.hpp's products, faster (beneath the tutorial)
 #include "matrix.hpp"
 
 // The exercise switches, each with its names as the flags and the checkpoint file spell them.
-enum class Norm { pre, post };
+enum class NormPlace { pre, post };  // where a sublayer's norm goes
 enum class Positions { sinusoidal, learned, none, random, rope, alibi };
 enum class Activation { relu, gelu, swiglu };
 enum class Arch { encoder_decoder, decoder_only };
-const std::vector<std::string> NORM_NAMES = {"pre", "post"};
+const std::vector<std::string> NORM_PLACE_NAMES = {"pre", "post"};
 const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
 const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
@@ -47,7 +48,7 @@ struct ModelConfig {
     int d_ff = 32;
     int enc_layers = 1;
     int dec_layers = 1;
-    Norm norm = Norm::pre;
+    NormPlace norm_place = NormPlace::pre;
     Positions positions = Positions::sinusoidal;
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
@@ -448,21 +449,17 @@ struct MultiHeadAttention {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model).
 // var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
-// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm): y = gamma * x / sqrt(mean(x^2) + eps), the same
-// with no mean taken out and no beta: the scale alone is normalised, one pass fewer over the row. `rms` says which.
 struct LayerNorm {
     static constexpr double eps = 1e-5;
-    bool rms = false;           // RMSNorm: no mean subtracted (taken as 0), no beta
-    Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising; RMSNorm: no beta
+    Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
 
     LayerNorm() = default;
-    explicit LayerNorm(int d_model, bool rms_norm = false)
-        : rms(rms_norm), gamma(1, d_model, 1.0), beta(1, rms ? 0 : d_model, 0.0) {}
+    explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
     void list_parameters(const std::string& name, ParamList& list) {
         list.push_back({name + ".gamma", &gamma});
-        if (!rms) list.push_back({name + ".beta", &beta});
+        list.push_back({name + ".beta", &beta});
     }
 
     Matrix forward(const Matrix& x) {
@@ -471,15 +468,13 @@ struct LayerNorm {
         rstd.assign(n, 0.0);
         Matrix y(n, d);
         for (int i = 0; i < n; i++) {
-            double mean = 0.0, var = 0.0;  // RMSNorm: mean stays 0, so var is the mean of the squares
-            if (!rms)
-                for (int j = 0; j < d; j++) mean += x.at(i, j) / d;
+            double mean = 0.0, var = 0.0;
+            for (int j = 0; j < d; j++) mean += x.at(i, j) / d;
             for (int j = 0; j < d; j++) var += (x.at(i, j) - mean) * (x.at(i, j) - mean) / d;
             rstd[i] = 1.0 / std::sqrt(var + eps);
             for (int j = 0; j < d; j++) {
                 x_hat.at(i, j) = (x.at(i, j) - mean) * rstd[i];
-                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j);
-                if (!rms) y.at(i, j) += beta.value.at(0, j);
+                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j) + beta.value.at(0, j);
             }
         }
         return y;
@@ -493,18 +488,16 @@ struct LayerNorm {
     // d rstd/dx_j = -rstd^3 (x_j - mean) / d; the chain rule through every x_hat_k = (x_k - mean) rstd:
     //   dx_j = sum_k d_x_hat_k [(delta_jk - 1/d) rstd - (x_k - mean) rstd^3 (x_j - mean) / d]
     //        = rstd (d_x_hat_j - mean(d_x_hat) - x_hat_j mean(d_x_hat * x_hat)).
-    // RMSNorm: mean = 0 does not move with x, so the 1/d and term 2 are gone, and so is d_beta; term 3 stays,
-    //          through the mean of squares: dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat)).
     Matrix backward(const Matrix& dy) {
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
         for (int i = 0; i < n; i++) {
-            double mean_d = 0.0, mean_d_xhat = 0.0;  // RMSNorm: mean_d stays 0
+            double mean_d = 0.0, mean_d_xhat = 0.0;
             for (int j = 0; j < d; j++) {
                 gamma.grad.at(0, j) += dy.at(i, j) * x_hat.at(i, j);
-                if (!rms) beta.grad.at(0, j) += dy.at(i, j);
+                beta.grad.at(0, j) += dy.at(i, j);
                 d_x_hat.at(i, j) = dy.at(i, j) * gamma.value.at(0, j);
-                if (!rms) mean_d += d_x_hat.at(i, j) / d;
+                mean_d += d_x_hat.at(i, j) / d;
                 mean_d_xhat += d_x_hat.at(i, j) * x_hat.at(i, j) / d;
             }
             for (int j = 0; j < d; j++)
@@ -514,64 +507,153 @@ struct LayerNorm {
     }
 };
 
-// ---------------------------------------------------------------------------------------------
-// Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
-//   x, y (n, d_model), hidden (n, d_ff). act is ReLU, or GELU for the exercise.
-// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward): y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a
-// gate times its partner, entry by entry. Three matrices where there were two, so the hidden width is 2 d_ff / 3
-// (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
-inline int hidden_width(const ModelConfig& c) {  // of the feed-forward
-    switch (c.activation) {
-    case Activation::relu: case Activation::gelu: return c.d_ff;
-    case Activation::swiglu: return std::max(1, (2 * c.d_ff + 1) / 3);  // 2 d_ff / 3, rounded
-    }
-    return c.d_ff;  // not reached
-}
-struct FeedForward {
-    Linear layer1, layer2, layer3;  // (d_model -> hidden), (hidden -> d_model), with bias; layer3 (d_model ->
-                                    // hidden) only with SwiGLU, the gate's partner
-    Activation activation = Activation::relu;
-    Matrix hidden;          // saved (n, hidden): the activation's input (SwiGLU: the gate's)
-    Matrix partner;         // saved (n, hidden), SwiGLU only: x W_3 + b_3
+// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm), today's block in LayerNorm's place: skip on a first
+// reading.  y = gamma * x / sqrt(mean(x^2) + eps).   x, y (n, d_model). No mean is taken out and there is no beta:
+// only the row's scale is normalised.
+struct RMSNorm {
+    static constexpr double eps = 1e-5;
+    Param gamma;                // (1, d_model), starts at 1
+    Matrix x_hat;               // saved (n, d_model): x / sqrt(mean(x^2) + eps)
+    std::vector<double> rstd;   // saved (n): 1 / sqrt(mean(x^2) + eps) of each row
 
-    FeedForward() = default;
-    FeedForward(const ModelConfig& c, Rng& rng)
-        : layer1(c.d_model, hidden_width(c), true, rng), layer2(hidden_width(c), c.d_model, true, rng),
-          activation(c.activation) {
-        if (activation == Activation::swiglu) layer3 = Linear(c.d_model, hidden_width(c), true, rng);
-    }
-    void list_parameters(const std::string& name, ParamList& list) {
-        layer1.list_parameters(name + ".W_1", name + ".b_1", list);
-        layer2.list_parameters(name + ".W_2", name + ".b_2", list);
-        if (activation == Activation::swiglu) layer3.list_parameters(name + ".W_3", name + ".b_3", list);
-    }
+    RMSNorm() = default;
+    explicit RMSNorm(int d_model) : gamma(1, d_model, 1.0) {}
+    void list_parameters(const std::string& name, ParamList& list) { list.push_back({name + ".gamma", &gamma}); }
 
     Matrix forward(const Matrix& x) {
-        hidden = layer1.forward(x);
-        switch (activation) {  // names every activation: a new one cannot pass as an old one (-Wswitch)
-        case Activation::relu: return layer2.forward(relu(hidden));
-        case Activation::gelu: return layer2.forward(gelu(hidden));
-        case Activation::swiglu: partner = layer3.forward(x); return layer2.forward(multiply(silu(hidden), partner));
+        int n = x.rows, d = x.cols;
+        x_hat = Matrix(n, d);
+        rstd.assign(n, 0.0);
+        Matrix y(n, d);
+        for (int i = 0; i < n; i++) {
+            double mean_square = 0.0;
+            for (int j = 0; j < d; j++) mean_square += x.at(i, j) * x.at(i, j) / d;
+            rstd[i] = 1.0 / std::sqrt(mean_square + eps);
+            for (int j = 0; j < d; j++) {
+                x_hat.at(i, j) = x.at(i, j) * rstd[i];
+                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j);
+            }
         }
-        return Matrix();  // not reached
+        return y;
     }
+    // forward: y = gamma * x_hat           so   d_gamma += dy * x_hat,  d_x_hat = dy * gamma
+    // forward: x_hat = x * rstd: LayerNorm's backward with its mean fixed at 0, so term 2 is gone and term 3
+    //          stays, through the mean of squares:   dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat))
     Matrix backward(const Matrix& dy) {
-        Matrix d_act = layer2.backward(dy);  // forward: layer2.forward(act(hidden))
-        Matrix d_hidden(hidden.rows, hidden.cols), d_gate(hidden.rows, hidden.cols), d_partner;
-        switch (activation) {  // forward: act(hidden)
-        case Activation::relu: relu_backward(d_act, hidden, d_hidden); break;
-        case Activation::gelu: gelu_backward(d_act, hidden, d_hidden); break;
-        case Activation::swiglu:
-            d_partner = Matrix(hidden.rows, hidden.cols);
-            multiply_backward(d_act, silu(hidden), partner, d_gate, d_partner);  // act = multiply(gate, partner)
-            silu_backward(d_gate, hidden, d_hidden);                           // gate = silu(hidden)
-            break;
+        int n = dy.rows, d = dy.cols;
+        Matrix dx(n, d), d_x_hat(n, d);
+        for (int i = 0; i < n; i++) {
+            double mean_d_xhat = 0.0;
+            for (int j = 0; j < d; j++) {
+                gamma.grad.at(0, j) += dy.at(i, j) * x_hat.at(i, j);
+                d_x_hat.at(i, j) = dy.at(i, j) * gamma.value.at(0, j);
+                mean_d_xhat += d_x_hat.at(i, j) * x_hat.at(i, j) / d;
+            }
+            for (int j = 0; j < d; j++) dx.at(i, j) += rstd[i] * (d_x_hat.at(i, j) - x_hat.at(i, j) * mean_d_xhat);
         }
-        Matrix dx = layer1.backward(d_hidden);  // forward: hidden = layer1.forward(x)
-        if (activation == Activation::swiglu) accumulate(dx, layer3.backward(d_partner));  // partner = layer3(x)
         return dx;
     }
 };
+
+// ---------------------------------------------------------------------------------------------
+// A block chosen once, when the model is built: OneOf<A, B> holds an A or a B (a std::variant), and forward,
+// backward and list_parameters reach the one it holds (std::visit calls the lambda with it). So a sublayer reads
+// as if there were one kind of norm, and a new kind is one more name in the list.
+template <class... Kinds>
+struct OneOf {
+    std::variant<Kinds...> block;
+    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
+    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
+    void list_parameters(const std::string& name, ParamList& list) {
+        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
+    }
+};
+using Norm = OneOf<LayerNorm, RMSNorm>;
+inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
+    if (c.rms_norm) return {RMSNorm(c.d_model)};
+    return {LayerNorm(c.d_model)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
+//   x, y (n, d_model), hidden (n, d_ff). act works entry by entry: ReLU, or GELU for the exercise.
+struct Pointwise {  // an activation, entry by entry, and its backward (matrix.hpp)
+    std::string name;  // as --act spells it
+    Matrix (*forward)(const Matrix& X);
+    void (*backward)(const Matrix& dY, const Matrix& X, Matrix& dX);
+};
+struct FeedForward {
+    Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2
+    Pointwise act{"relu", relu, relu_backward};
+    Matrix hidden;          // saved (n, d_ff): x W_1 + b_1, the activation's input
+
+    FeedForward() = default;
+    FeedForward(int d_model, int d_ff, Pointwise act, Rng& rng)
+        : W_1(d_model, d_ff, true, rng), W_2(d_ff, d_model, true, rng), act(act) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        W_1.list_parameters(name + ".W_1", name + ".b_1", list);
+        W_2.list_parameters(name + ".W_2", name + ".b_2", list);
+    }
+    Matrix forward(const Matrix& x) {
+        hidden = W_1.forward(x);
+        return W_2.forward(act.forward(hidden));
+    }
+    Matrix backward(const Matrix& dy) {
+        Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act(hidden))
+        Matrix d_hidden(hidden.rows, hidden.cols);
+        act.backward(d_act, hidden, d_hidden);  // forward: act(hidden)
+        return W_1.backward(d_hidden);          // forward: hidden = W_1.forward(x)
+    }
+};
+
+// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward), today's block in FeedForward's place: skip on a first
+// reading.  y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a gate times its partner, entry by entry.
+//   x, y (n, d_model), hidden and partner (n, d_h). Three matrices where there were two, so the hidden width d_h is
+// 2 d_ff / 3 (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
+struct SwiGLU {
+    Linear W_1, W_2, W_3;   // (d_model -> d_h), (d_h -> d_model), (d_model -> d_h): the gate, out, the partner
+    Matrix hidden;          // saved (n, d_h): x W_1 + b_1, the gate's input
+    Matrix partner;         // saved (n, d_h): x W_3 + b_3
+
+    static int width(int d_ff) { return std::max(1, (2 * d_ff + 1) / 3); }  // d_h: 2 d_ff / 3, rounded
+    SwiGLU() = default;
+    SwiGLU(int d_model, int d_ff, Rng& rng)
+        : W_1(d_model, width(d_ff), true, rng), W_2(width(d_ff), d_model, true, rng),
+          W_3(d_model, width(d_ff), true, rng) {}
+    void list_parameters(const std::string& name, ParamList& list) {
+        W_1.list_parameters(name + ".W_1", name + ".b_1", list);
+        W_2.list_parameters(name + ".W_2", name + ".b_2", list);
+        W_3.list_parameters(name + ".W_3", name + ".b_3", list);
+    }
+    Matrix forward(const Matrix& x) {
+        hidden = W_1.forward(x);
+        partner = W_3.forward(x);
+        return W_2.forward(multiply(silu(hidden), partner));
+    }
+    Matrix backward(const Matrix& dy) {
+        Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act), act = multiply(gate, partner)
+        Matrix d_gate(hidden.rows, hidden.cols), d_partner(hidden.rows, hidden.cols), d_hidden(hidden.rows, hidden.cols);
+        multiply_backward(d_act, silu(hidden), partner, d_gate, d_partner);
+        silu_backward(d_gate, hidden, d_hidden);  // forward: gate = silu(hidden)
+        Matrix dx = W_1.backward(d_hidden);       // forward: hidden = W_1.forward(x)
+        accumulate(dx, W_3.backward(d_partner));  // forward: partner = W_3.forward(x): x's second use adds in
+        return dx;
+    }
+};
+
+using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
+inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
+    const std::string& name = ACTIVATION_NAMES[int(c.activation)];
+    switch (c.activation) {
+    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, rng)};
+    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, rng)};
+    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, rng)};
+    }
+    return {};  // not reached
+}
+inline int hidden_width(const ModelConfig& c) {  // of the feed-forward (TEMPORARY: the workbench's, until it reads the model)
+    return c.activation == Activation::swiglu ? SwiGLU::width(c.d_ff) : c.d_ff;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its LayerNorm, wrapped around attention or feed-forward.
@@ -583,20 +665,20 @@ struct FeedForward {
 // The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
 // f_backward) its backward (d of f's output in, d of f's input out): a block's backward is its forward reversed.
 struct Sublayer {
-    LayerNorm norm;
-    Norm where = Norm::pre;
+    Norm norm;
+    NormPlace where = NormPlace::pre;
     double p = 0.0;                // dropout on f's output, in training
     Rng* dropout_draws = nullptr;  // in training the model's dropout stream (Transformer::train), else nullptr
     Matrix keep;                   // saved: the dropout's factors, empty when nothing was dropped
 
     Sublayer() = default;
-    explicit Sublayer(const ModelConfig& c) : norm(c.d_model, c.rms_norm), where(c.norm), p(c.dropout) {}
+    explicit Sublayer(const ModelConfig& c) : norm(norm_of(c)), where(c.norm_place), p(c.dropout) {}
 
     template <typename F>  // f: Matrix(const Matrix& f_in)
     Matrix forward(const Matrix& x, F f) {
         switch (where) {
-        case Norm::pre: return add(x, dropout(f(norm.forward(x)), p, dropout_draws, keep));   // x + f(LN(x))
-        case Norm::post: return norm.forward(add(x, dropout(f(x), p, dropout_draws, keep)));  // LN(x + f(x))
+        case NormPlace::pre: return add(x, dropout(f(norm.forward(x)), p, dropout_draws, keep));   // x + f(LN(x))
+        case NormPlace::post: return norm.forward(add(x, dropout(f(x), p, dropout_draws, keep)));  // LN(x + f(x))
         }
         return Matrix();  // not reached
     }
@@ -604,8 +686,8 @@ struct Sublayer {
     Matrix backward(const Matrix& d_out, B f_backward) {
         Matrix d_sum;
         switch (where) {  // forward: out = sum (pre-norm) or LN(sum) (post-norm)
-        case Norm::pre: d_sum = d_out; break;
-        case Norm::post: d_sum = norm.backward(d_out); break;
+        case NormPlace::pre: d_sum = d_out; break;
+        case NormPlace::post: d_sum = norm.backward(d_out); break;
         }
         // forward: sum = add(x, dropped): both terms get d_sum
         Matrix dx(d_sum.rows, d_sum.cols), d_dropped(d_sum.rows, d_sum.cols);
@@ -614,8 +696,8 @@ struct Sublayer {
         Matrix d_f_out = dropout_backward(std::move(d_dropped), keep);
         Matrix d_f_in = f_backward(d_f_out);  // forward: f_out = f(f_in)
         switch (where) {  // forward: f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
-        case Norm::pre: accumulate(dx, norm.backward(d_f_in)); break;
-        case Norm::post: accumulate(dx, d_f_in); break;
+        case NormPlace::pre: accumulate(dx, norm.backward(d_f_in)); break;
+        case NormPlace::post: accumulate(dx, d_f_in); break;
         }
         return dx;
     }
@@ -626,11 +708,11 @@ struct Sublayer {
 struct EncoderBlock {
     Sublayer attn_sub, ffn_sub;
     MultiHeadAttention self_attn;
-    FeedForward ffn;
+    FeedForwardBlock ffn;
 
     EncoderBlock() = default;
     EncoderBlock(const ModelConfig& c, Rng& rng)
-        : attn_sub(c), ffn_sub(c), self_attn(c, rng, true), ffn(c, rng) {}
+        : attn_sub(c), ffn_sub(c), self_attn(c, rng, true), ffn(feed_forward_of(c, rng)) {}
     void list_parameters(const std::string& name, ParamList& list) {
         attn_sub.norm.list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
@@ -662,13 +744,13 @@ struct DecoderBlock {
     bool cross = true;  // false in a decoder-only model: no memory to attend to
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
-    FeedForward ffn;
+    FeedForwardBlock ffn;
 
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
         : cross(c.arch == Arch::encoder_decoder), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
         if (cross) cross_attn = MultiHeadAttention(c, rng);
-        ffn = FeedForward(c, rng);
+        ffn = feed_forward_of(c, rng);
     }
     void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn
         self_sub.norm.list_parameters(name + ".norm1", list);
@@ -718,7 +800,7 @@ struct Transformer {
     Embedding embed;  // shared by source and target
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
-    LayerNorm final_norm;
+    Norm final_norm;
     Linear out;       // (d_model -> vocab), with bias; with tie_embeddings its W is empty: the table's transpose
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
@@ -742,7 +824,7 @@ struct Transformer {
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
 
     Transformer() = default;
-    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(c.d_model, c.rms_norm) {
+    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(norm_of(c)) {
         Rng rng(seed);
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers && c.arch == Arch::encoder_decoder; i++) encoder.emplace_back(c, rng);

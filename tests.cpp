@@ -568,7 +568,7 @@ TEST_CASE("gradient: FeedForward with ReLU and with GELU") {
         ModelConfig c = small_config();
         c.activation = act;
         Rng rng(27);
-        FeedForward ffn(c, rng);
+        FeedForwardBlock ffn = feed_forward_of(c, rng);  // FeedForward, with ReLU or GELU
         jitter(params_of(ffn, "ffn"), rng, 0.1);
         Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
         check_block(act == Activation::relu ? "FeedForward (ReLU)" : "FeedForward (GELU)",
@@ -585,9 +585,9 @@ TEST_CASE("gradient: FeedForward with ReLU and with GELU") {
 // An encoder block, pre-norm and post-norm: its input x (S = 5, with the padding mask of a
 // source ending in two PADs) and all 12 parameter tensors, jittered off their initial values.
 TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
-    for (Norm where : {Norm::pre, Norm::post}) {
+    for (NormPlace where : {NormPlace::pre, NormPlace::post}) {
         ModelConfig c = small_config();
-        c.norm = where;
+        c.norm_place = where;
         Rng rng(28);
         EncoderBlock block(c, rng);
         ParamList params = params_of(block, "block");
@@ -595,7 +595,7 @@ TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
         jitter(params, rng, 0.1);
         Matrix x = random_matrix(5, c.d_model, rng), dx(5, c.d_model);
         Matrix mask = padding_mask(5, {padded_source});
-        check_block(where == Norm::pre ? "EncoderBlock (pre-norm)" : "EncoderBlock (post-norm)",
+        check_block(where == NormPlace::pre ? "EncoderBlock (pre-norm)" : "EncoderBlock (post-norm)",
                     with({tensor("x", x, dx)}, tensors_of(params)),
                     [&] { return block.forward(x, mask); },
                     [&](const Matrix& G) { dx = block.backward(G); });
@@ -605,9 +605,9 @@ TEST_CASE("gradient: EncoderBlock, pre-norm and post-norm") {
 // A decoder block, pre-norm and post-norm: its input y (T = 4, causal), the memory (S = 5, two
 // PAD rows masked) and all 18 parameter tensors.
 TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
-    for (Norm where : {Norm::pre, Norm::post}) {
+    for (NormPlace where : {NormPlace::pre, NormPlace::post}) {
         ModelConfig c = small_config();
-        c.norm = where;
+        c.norm_place = where;
         Rng rng(29);
         DecoderBlock block(c, rng);
         ParamList params = params_of(block, "block");
@@ -616,7 +616,7 @@ TEST_CASE("gradient: DecoderBlock, pre-norm and post-norm") {
         Matrix y = random_matrix(4, c.d_model, rng), dy(4, c.d_model);
         Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
         Matrix causal = causal_mask(4), mem_mask = padding_mask(4, {padded_source});
-        check_block(where == Norm::pre ? "DecoderBlock (pre-norm)" : "DecoderBlock (post-norm)",
+        check_block(where == NormPlace::pre ? "DecoderBlock (pre-norm)" : "DecoderBlock (post-norm)",
                     with({tensor("y", y, dy), tensor("memory", memory, d_memory)}, tensors_of(params)),
                     [&] { return block.forward(y, memory, causal, mem_mask); },
                     [&](const Matrix& G) { dy = block.backward(G, d_memory); });
@@ -666,9 +666,9 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
                 [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
 
     Rng stream = start;  // the blocks' dropout stream, as Transformer::train hands them the model's
-    for (Norm where : {Norm::pre, Norm::post}) {
+    for (NormPlace where : {NormPlace::pre, NormPlace::post}) {
         ModelConfig c = small_config();
-        c.norm = where;
+        c.norm_place = where;
         c.dropout = c.attn_dropout = 0.2;
         Rng init(28);
         EncoderBlock encoder(c, init);
@@ -678,7 +678,7 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
         Matrix x5 = random_matrix(5, c.d_model, rng), dx5(5, c.d_model), y = random_matrix(4, c.d_model, rng),
                dy(4, c.d_model), memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
         Matrix mask = padding_mask(5, {padded_source}), causal = causal_mask(4), mem_mask = padding_mask(4, {padded_source});
-        const std::string norm = where == Norm::pre ? " (pre-norm, dropout 0.2)" : " (post-norm, dropout 0.2)";
+        const std::string norm = where == NormPlace::pre ? " (pre-norm, dropout 0.2)" : " (post-norm, dropout 0.2)";
         check_block("EncoderBlock" + norm, with({tensor("x", x5, dx5)}, tensors_of(params_of(encoder, "encoder"))),
                     [&] {
                         stream = start;  // the same masks at every pass
@@ -899,9 +899,9 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
 TEST_CASE("gradient: whole model, default (pre-norm, sinusoidal, ReLU, scaled embedding)") {
     check_model("model (default)", tiny_model(tiny_data()));
 }
-TEST_CASE("gradient: whole model, Norm::post") {
+TEST_CASE("gradient: whole model, NormPlace::post") {
     ModelConfig c = tiny_model(tiny_data());
-    c.norm = Norm::post;
+    c.norm_place = NormPlace::post;
     check_model("model (post-norm)", c);
 }
 TEST_CASE("gradient: whole model, Positions::learned") {
@@ -998,11 +998,11 @@ TEST_CASE("gradient: silu and multiply") {
     CHECK(std::fabs(silu(Matrix(1, 1, 1.0)).at(0, 0) - 0.7310585786300049) < 1e-15);  // 1 / (1 + e^-1)
 }
 
-// RMSNorm: the LayerNorm struct with no mean and no beta. Its two-term backward against central differences,
+// RMSNorm: LayerNorm with no mean and no beta. Its two-term backward against central differences,
 // rows of different offsets and spreads; by hand, the row (3, 4) of mean square 12.5 becomes (3, 4) / sqrt(12.5).
 TEST_CASE("gradient: RMSNorm") {
     Rng rng(82);
-    LayerNorm norm(8, true);
+    RMSNorm norm(8);
     CHECK(params_of(norm, "norm").size() == 1);  // gamma alone
     jitter(params_of(norm, "norm"), rng);
     Matrix x = random_matrix(4, 8, rng), dx(4, 8);
@@ -1011,7 +1011,7 @@ TEST_CASE("gradient: RMSNorm") {
     check_block("RMSNorm", with({tensor("x", x, dx)}, tensors_of(params_of(norm, "norm"))),
                 [&] { return norm.forward(x); },
                 [&](const Matrix& G) { dx = norm.backward(G); });
-    LayerNorm plain(2, true);
+    RMSNorm plain(2);
     Matrix y = plain.forward(Matrix(1, 2, 0.0));
     Matrix row(1, 2);
     row.at(0, 0) = 3.0, row.at(0, 1) = 4.0;
@@ -1022,19 +1022,20 @@ TEST_CASE("gradient: RMSNorm") {
 
 // SwiGLU: (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, every weight and bias, at the hidden width 2 d_ff / 3
 // (d_ff 12: 8), which keeps the parameters about as many as ReLU's: 3 x 8 x 8 + 8 + 8 + 8 = 216 against 212.
-TEST_CASE("gradient: FeedForward with SwiGLU, and its hidden width") {
+TEST_CASE("gradient: SwiGLU, and its hidden width") {
     ModelConfig c = small_config();
     c.activation = Activation::swiglu;
-    CHECK(hidden_width(c) == 8);
+    CHECK(SwiGLU::width(c.d_ff) == 8);
     Rng rng(83);
-    FeedForward ffn(c, rng);
+    FeedForwardBlock ffn = feed_forward_of(c, rng);  // SwiGLU
+    REQUIRE(std::holds_alternative<SwiGLU>(ffn.block));
     jitter(params_of(ffn, "ffn"), rng, 0.1);
     long count = 0;
     for (auto& [name, p] : params_of(ffn, "ffn")) count += long(p->value.data.size());
     CHECK(count == 216);
     CHECK(params_of(ffn, "ffn").size() == 6);
     Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
-    check_block("FeedForward (SwiGLU)", with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))),
+    check_block("SwiGLU", with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))),
                 [&] { return ffn.forward(x); },
                 [&](const Matrix& G) { dx = ffn.backward(G); });
 }
@@ -1181,7 +1182,7 @@ TEST_CASE("gradient: whole model, decoder-only with RMSNorm + SwiGLU + rotary + 
 TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
     ModelConfig c = tiny_model(tiny_data());
     c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu;
-    c.positions = Positions::rope, c.norm = Norm::post, c.enc_layers = c.dec_layers = 2;
+    c.positions = Positions::rope, c.norm_place = NormPlace::post, c.enc_layers = c.dec_layers = 2;
     check_model("model (today's blocks)", c);
 }
 
@@ -1499,7 +1500,7 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
              m.activation = Activation::swiglu, m.rms_norm = true;
          }},
         {"variable lengths, post-norm, GELU, ALiBi", [](ModelConfig& m, DataConfig& d, TrainConfig&) {
-             d.min_len = 3, m.norm = Norm::post, m.activation = Activation::gelu, m.positions = Positions::alibi;
+             d.min_len = 3, m.norm_place = NormPlace::post, m.activation = Activation::gelu, m.positions = Positions::alibi;
          }},
         {"dropout and attention dropout", [](ModelConfig& m, DataConfig&, TrainConfig&) {
              m.dropout = 0.1, m.attn_dropout = 0.1;

@@ -85,7 +85,7 @@ inline const std::vector<SettingRow>& header_table() {
         whole_setting("d_ff", 1, 1, MAX_D_FF, &M::d_ff),
         whole_setting("enc_layers", 1, 0, MAX_LAYERS, &M::enc_layers),  // 0: decoder-only (version 6)
         whole_setting("dec_layers", 1, 1, MAX_LAYERS, &M::dec_layers),
-        choice_setting("norm", 1, NORM_NAMES, &M::norm),
+        choice_setting("norm", 1, NORM_PLACE_NAMES, &M::norm_place),
         choice_setting("positions", 1, POSITION_NAMES, &M::positions),
         choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation),
         whole_setting("embed_scale", 1, 0, 1, &M::embed_scale),

@@ -21,7 +21,7 @@ TEST_CASE("checkpoint: a round trip gives bit-identical parameters and identical
     CHECK(d2.seq_len == d.seq_len);
     CHECK(d2.min_len == d.min_len);
     CHECK(d2.max_digit == d.max_digit);
-    CHECK(loaded.config.norm == c.norm);
+    CHECK(loaded.config.norm_place == c.norm_place);
     CHECK(loaded.config.positions == c.positions);
     CHECK(loaded.config.activation == c.activation);
     CHECK(loaded.config.embed_scale == c.embed_scale);

@@ -44,24 +44,31 @@ inline void trace_attention(const MultiHeadAttention& m, const std::string& Q, c
     shape_line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(m.W_o.x));
     shape_line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", product_shape(m.W_o));
 }
+inline const Matrix& normalised(const Norm& n) {  // what the norm saved, x_hat (n, d_model), whichever it is
+    return std::visit([](const auto& kind) -> const Matrix& { return kind.x_hat; }, n.block);
+}
 inline void trace_feed_forward(const FeedForward& f, const std::string& N, const std::string& in) {
-    const bool swiglu = f.activation == Activation::swiglu;
-    const std::string ff = swiglu ? "d_h" : "d_ff";  // SwiGLU's hidden width d_h is 2 d_ff / 3 (hidden_width)
-    shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.layer1.x));
-    shape_line(swiglu ? "W_1, b_1 (the gate)" : "W_1, b_1", "(d_model, " + ff + "), (1, " + ff + ")",
-               weight_shapes(f.layer1));
+    shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.W_1.x));
+    shape_line("W_1, b_1", "(d_model, d_ff), (1, d_ff)", weight_shapes(f.W_1));
+    shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", d_ff)", shape_text(f.hidden));
+    shape_line(f.act.name + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.W_2.x));
+    shape_line("W_2, b_2", "(d_ff, d_model), (1, d_model)", weight_shapes(f.W_2));
+    shape_line("out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
+               product_shape(f.W_2));
+}
+inline void trace_feed_forward(const SwiGLU& f, const std::string& N, const std::string& in) {
+    const std::string ff = "d_h";  // SwiGLU's hidden width d_h is 2 d_ff / 3 (SwiGLU::width)
+    shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(f.W_1.x));
+    shape_line("W_1, b_1 (the gate)", "(d_model, " + ff + "), (1, " + ff + ")", weight_shapes(f.W_1));
     shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", " + ff + ")", shape_text(f.hidden));
-    if (swiglu) {
-        shape_line("W_3, b_3 (the partner)", "(d_model, " + ff + "), (1, " + ff + ")", weight_shapes(f.layer3));
-        shape_line("partner = " + in + " W_3 + b_3", "(n_seq " + N + ", " + ff + ")", shape_text(f.partner));
-        shape_line("act = silu(hidden) * partner", "(n_seq " + N + ", " + ff + ")", shape_text(f.layer2.x));
-    } else {
-        shape_line(ACTIVATION_NAMES[int(f.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)", shape_text(f.layer2.x));
-    }
-    shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(f.layer2));
-    shape_line(swiglu ? "out = act W_2 + b_2, added to the residual"
-                      : "out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
-               product_shape(f.layer2));
+    shape_line("W_3, b_3 (the partner)", "(d_model, " + ff + "), (1, " + ff + ")", weight_shapes(f.W_3));
+    shape_line("partner = " + in + " W_3 + b_3", "(n_seq " + N + ", " + ff + ")", shape_text(f.partner));
+    shape_line("act = silu(hidden) * partner", "(n_seq " + N + ", " + ff + ")", shape_text(f.W_2.x));
+    shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(f.W_2));
+    shape_line("out = act W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)", product_shape(f.W_2));
+}
+inline void trace_feed_forward(const FeedForwardBlock& f, const std::string& N, const std::string& in) {
+    std::visit([&](const auto& kind) { trace_feed_forward(kind, N, in); }, f.block);
 }
 inline void trace_encoder_block(const EncoderBlock& block, std::size_t i, const std::string& x_in) {
     std::printf("encoder.%zu self-attention (padding mask (n_seq S, S))\n", i);
@@ -97,7 +104,7 @@ inline void trace_decoder_only(Transformer& model, std::size_t n_seq, std::size_
     for (std::size_t i = 0; i < model.decoder.size(); i++) trace_decoder_block(model.decoder[i], i, y_in, "L");
     std::printf("output\n");
     shape_line("the answer's rows: the last T of each sequence", "(n_seq T, d_model)",
-               shape_text(model.final_norm.x_hat));
+               shape_text(normalised(model.final_norm)));
 }
 inline void trace_encoder_decoder(Transformer& model, std::size_t n_seq, std::size_t S, std::size_t T,
                                   const std::string& x_in, const std::string& y_in) {
@@ -131,14 +138,14 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
                 c.activation == Activation::swiglu ? fmt(", d_h = 2 d_ff / 3 = %d", hidden_width(c)).c_str() : "");
     if (c.positions == Positions::alibi) std::printf("ALiBi: head h's scores minus m_h |i - j|, m_h its slope\n\n");
     const std::string norm = c.rms_norm ? "RMS" : "LN";  // RMSNorm or LayerNorm
-    const std::string x_in = c.norm == Norm::pre ? norm + "(x)" : "x", y_in = c.norm == Norm::pre ? norm + "(y)" : "y";
+    const std::string x_in = c.norm_place == NormPlace::pre ? norm + "(x)" : "x", y_in = c.norm_place == NormPlace::pre ? norm + "(y)" : "y";
     std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
     switch (c.arch) {
     case Arch::encoder_decoder: trace_encoder_decoder(model, n_seq, S, T, x_in, y_in); break;
     case Arch::decoder_only: trace_decoder_only(model, n_seq, S, T, y_in); break;
     }
     shape_line(c.rms_norm ? "final RMSNorm" : "final LayerNorm", "(n_seq T, d_model)",
-               shape_text(model.final_norm.x_hat));
+               shape_text(normalised(model.final_norm)));
     if (c.tie_embeddings) {
         shape_line("W_out = table^T (tied), b_out", "(d_model, vocab), (1, vocab)",
                    fmt("(%d, %d), ", c.d_model, c.vocab) + shape_text(model.out.b.value));

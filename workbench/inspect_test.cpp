@@ -53,7 +53,7 @@ TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
     std::vector<Example> batch = batch_of(d, 20, 5, 4, 3);
     trace_shapes(model, batch);
     CHECK(model.encoder[0].self_attn.W_q.x.rows == 3 * d.seq_len);
-    CHECK(model.final_norm.x_hat.rows == 3 * d.seq_len);
+    CHECK(normalised(model.final_norm).rows == 3 * d.seq_len);
     CHECK(model.encoder[0].self_attn.heads.size() == 3u * model.config.n_heads);
 }
 

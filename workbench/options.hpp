@@ -207,8 +207,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
                       "make reference", true, &O::dump_step_path)}},
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
-            choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_NAMES, true,
-                        &M::norm),
+            choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_PLACE_NAMES, true,
+                        &M::norm_place),
             choice_flag("--pos", "positional encoding; random: sinusoidal rows drawn in order from " +
                         std::to_string(RANDOM_POSITION_SPAN) + " x the longest input (Ruoss et al. 2023); rope: "
                         "rotary, queries and keys turned by position in self-attention (Su et al. 2021); alibi: "

@@ -238,7 +238,7 @@ TEST_CASE("flags: valid values parse, and the vocabulary follows --max-digit") {
     CHECK(o.train.batch == 8);
     CHECK(o.train.lr == 0.05);
     CHECK(o.seed == 4);
-    CHECK(o.model.norm == Norm::post);
+    CHECK(o.model.norm_place == NormPlace::post);
     CHECK(o.model.positions == Positions::learned);
     CHECK(o.model.activation == Activation::gelu);
     CHECK(!o.model.embed_scale);

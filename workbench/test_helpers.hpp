@@ -93,7 +93,7 @@ inline Transformer small_trained_model(ModelConfig& c, DataConfig& d) {
     c.d_ff = 12;
     c.enc_layers = 2;
     c.dec_layers = 1;
-    c.norm = Norm::post;
+    c.norm_place = NormPlace::post;
     c.positions = Positions::learned;
     c.activation = Activation::gelu;
     c.embed_scale = false;
