@@ -147,24 +147,29 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
 // token's part up to the position's size, so neither drowns the other when they are added.
 struct Embedding {
     Param table;      // (vocab, d_model), one row per token id
-    Param learned;    // (max_len, d_model), used only with Positions::learned
+    Param learned;    // (max_len, d_model), the learned position table: empty unless positions are learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
     Positions positions = Positions::sinusoidal;
+    bool random_rows = false;  // Positions::random: the rows a sequence reads are drawn (position_rows)
 
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
         : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
           multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
         xavier_init(table.value, rng);
-        if (positions == Positions::learned) {
+        switch (positions) {  // what each kind needs here, decided once
+        case Positions::learned:
             learned = Param(c.max_len, c.d_model);
             xavier_init(learned.value, rng);
+            break;
+        case Positions::random: random_rows = true; break;
+        case Positions::sinusoidal: case Positions::none: case Positions::rope: case Positions::alibi: break;
         }
     }
     void list_parameters(const std::string& name, ParamList& list) {
         list.push_back({name + ".table", &table});
-        if (positions == Positions::learned) list.push_back({name + ".positions", &learned});
+        if (!learned.value.empty()) list.push_back({name + ".positions", &learned});
     }
     const Matrix* position_table() const {  // (max_len, d_model), or nullptr
         switch (positions) {
@@ -193,7 +198,7 @@ struct Embedding {
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
                 table.grad.at(tokens[t], c) += multiplier * dX.at(t, c);
-                if (positions == Positions::learned) learned.grad.at(rows[t], c) += dX.at(t, c);
+                if (!learned.value.empty()) learned.grad.at(rows[t], c) += dX.at(t, c);
             }
     }
 };
@@ -207,10 +212,10 @@ inline uint64_t hash_of(const std::vector<int>& tokens) {  // FNV-1a over the to
 // Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with Positions::random
 // (Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
 // training at short lengths visits every row, so a longer input at test time meets no unseen row.
-inline std::vector<int> position_rows(int L, int max_len, Positions positions, Rng& rng) {
+inline std::vector<int> position_rows(int L, int max_len, bool random_rows, Rng& rng) {
     std::vector<int> rows;
     for (int row = 0; row < max_len && int(rows.size()) < L; row++)  // take each row with chance
-        if (positions != Positions::random || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
+        if (!random_rows || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
             rows.push_back(row);
     return rows;
 }
@@ -370,11 +375,15 @@ struct MultiHeadAttention {
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
         : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
-          rotary(self_attention && c.positions == Positions::rope),
-          alibi_slopes(self_attention && c.positions == Positions::alibi ? alibi_slopes_of(c.n_heads)
-                                                                          : std::vector<double>()),
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, kv_heads * d_k, false, rng),
-          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng) {}
+          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng) {
+        if (!self_attention) return;  // cross-attention: no positions
+        switch (c.positions) {  // what each kind does here, decided once
+        case Positions::rope: rotary = true; break;
+        case Positions::alibi: alibi_slopes = alibi_slopes_of(c.n_heads); break;
+        case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random: break;
+        }
+    }
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
             linear->list_parameters(name + suffix, "", list);
@@ -748,8 +757,11 @@ struct DecoderBlock {
 
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
-        : cross(c.arch == Arch::encoder_decoder), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
-        if (cross) cross_attn = MultiHeadAttention(c, rng);
+        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
+        switch (c.arch) {
+        case Arch::encoder_decoder: cross_attn = MultiHeadAttention(c, rng); break;
+        case Arch::decoder_only: cross = false; break;  // no memory to attend to
+        }
         ffn = feed_forward_of(c, rng);
     }
     void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn
@@ -827,7 +839,7 @@ struct Transformer {
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(norm_of(c)) {
         Rng rng(seed);
         embed = Embedding(c, rng);
-        for (int i = 0; i < c.enc_layers && c.arch == Arch::encoder_decoder; i++) encoder.emplace_back(c, rng);
+        for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, true, rng);
         if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
@@ -840,7 +852,7 @@ struct Transformer {
         Batch rows;
         for (const std::vector<int>& src : srcs) {
             Rng own(hash_of(src));
-            rows.push_back(position_rows(L, config.max_len, config.positions, training ? position_draws : own));
+            rows.push_back(position_rows(L, config.max_len, embed.random_rows, training ? position_draws : own));
         }
         return rows;
     }
@@ -858,7 +870,7 @@ struct Transformer {
     // task's output is as long as its input), so both sides share one draw. (Decoder-only: t counts from the
     // sequence's start, and the rows are the whole sequence's.)
     int target_row(const std::vector<int>& rows_of_source, int t) const {
-        return config.positions == Positions::random ? rows_of_source.at(t) : t;
+        return embed.random_rows ? rows_of_source.at(t) : t;
     }
     // The logits for the next token at every position of the targets (teacher forcing). The sources' PADs
     // are hidden from cross-attention.
@@ -929,9 +941,9 @@ struct Transformer {
     void backward(const Matrix& d_logits) {
         // forward: logits = output(final_norm.forward(y))
         Matrix dy = final_norm.backward(output_backward(d_logits));
-        if (config.arch == Arch::decoder_only) {  // one causal stack, no memory
-            read_whole_backward(dy);
-            return;
+        switch (config.arch) {
+        case Arch::encoder_decoder: break;
+        case Arch::decoder_only: read_whole_backward(dy); return;  // one causal stack, no memory
         }
         // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
         int S = int(sources[0].size()), T = int(targets_in[0].size()), n_seq = int(sources.size());
@@ -1059,24 +1071,30 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
     return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
 }
 
-// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
 // Decoder-only: run the sources through the stack once, keeping every layer's K and V; START comes next.
-inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
+inline DecodingCache start_decoding_whole(Transformer& model, const Transformer::Batch& sources) {
     DecodingCache cache;
     cache.sources = sources;
     const int S = int(sources[0].size()), n_seq = int(sources.size());
-    if (model.config.arch == Arch::decoder_only) {
-        cache.source_rows = model.rows_for(sources, positions_read(model.config, S));
-        Transformer::Batch rows;  // the sources' own rows, the first S of each
-        for (const std::vector<int>& r : cache.source_rows) rows.push_back({r.begin(), r.begin() + S});
-        Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
-        Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
-        cache.layers.resize(model.decoder.size());
-        for (std::size_t i = 0; i < model.decoder.size(); i++)
-            x = decoder_block_next(model.decoder[i], x, cache.layers[i], mask, Matrix(), n_seq, 0);
-        cache.position = S;
-        return cache;
+    cache.source_rows = model.rows_for(sources, positions_read(model.config, S));
+    Transformer::Batch rows;  // the sources' own rows, the first S of each
+    for (const std::vector<int>& r : cache.source_rows) rows.push_back({r.begin(), r.begin() + S});
+    Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
+    Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
+    cache.layers.resize(model.decoder.size());
+    for (std::size_t i = 0; i < model.decoder.size(); i++)
+        x = decoder_block_next(model.decoder[i], x, cache.layers[i], mask, Matrix(), n_seq, 0);
+    cache.position = S;
+    return cache;
+}
+// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
+inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
+    switch (model.config.arch) {
+    case Arch::encoder_decoder: break;
+    case Arch::decoder_only: return start_decoding_whole(model, sources);
     }
+    DecodingCache cache;
+    cache.sources = sources;
     Matrix memory = model.encode(sources);
     cache.source_rows = model.source_rows;
     for (DecoderBlock& block : model.decoder)
@@ -1088,12 +1106,14 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
 // The logits (n_seq, vocab) of the token after each sequence's newest (n_seq x (1)), at cache.position.
 inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
     const int n_seq = int(newest.size());
-    const bool whole = model.config.arch == Arch::decoder_only;
     std::vector<int> rows;  // the position row each newest token reads
     for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.source_rows[e], cache.position));
     Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
-    Matrix memory_mask = whole ? Matrix() : padding_mask(1, cache.sources);  // (n_seq, S)
-    Matrix self_mask = whole ? causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1) : Matrix();
+    Matrix memory_mask, self_mask;  // cross-attention's (n_seq, S), or decoder-only's self-attention's (n_seq, keys)
+    switch (model.config.arch) {
+    case Arch::encoder_decoder: memory_mask = padding_mask(1, cache.sources); break;
+    case Arch::decoder_only: self_mask = causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1); break;
+    }
     for (std::size_t i = 0; i < model.decoder.size(); i++)
         y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
     cache.position++;
