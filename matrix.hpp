@@ -9,10 +9,10 @@
 //   d_ff     hidden width of the feed-forward layer
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
-// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu, gelu, silu
-// and multiply (SwiGLU's); blocks of rows. Skip on a first reading silu and multiply (SwiGLU, a variant). The
-// model multiplies with engine/kernels.hpp's *_fast kernels, beneath the tutorial: the same bits as matmul and
-// matmul_bt here, faster and on every core; these loops are the math.
+// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu; gelu; silu and
+// multiply (SwiGLU's); blocks of rows. A first reading skips the sections under a rule of ~ (gelu, silu), as in
+// every file of the tutorial. The model multiplies with engine/kernels.hpp's *_fast kernels, beneath the
+// tutorial: the same bits as matmul and matmul_bt here, faster and on every core; these loops are the math.
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
 // over every path from an input to the loss: when one input feeds two places, both add in.
@@ -210,16 +210,17 @@ inline void relu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
         if (X.data[i] > 0.0) dX.data[i] += dY.data[i];
 }
 
-// erf for GELU (the exercise's activation), written out rather than std::erf: maths libraries round erf
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// GELU (--act gelu, an exercise's activation), and erf written out for it rather than std::erf: maths libraries round erf
 // differently (glibc's ARM64 build and its x86-64 build differ in the last bit), and one seed must give the
 // same bits on every machine. Within 4 ulps of the true value (tests.cpp), and about as fast as std::erf
-// (10.8 ns a call against 13.1, measured here).
+// (docs/performance.md).
 //
 // error_function(x) sums a Taylor polynomial around the nearest of the centers c = 0, 1/8, 2/8, ..., 6:
 //   erf(c + h) = erf(c) + sum_n erf^(n)(c) h^n / n!,   |h| <= 1/16,  12 terms,
 //   erf^(n)(c) = 2/sqrt(pi) e^(-c^2) (-1)^(n-1) H_(n-1)(c),   H_0 = 1, H_1 = 2c, H_(n+1) = 2c H_n - 2n H_(n-1)
 // (the Hermite polynomials). The table of coefficients is built once, on the first call; erf(c) itself is
-// erf_at_center's, slower (about 60 ns) but all its terms are positive, so nothing cancels:
+// erf_at_center's, slower but all its terms are positive, so nothing cancels:
 //   c < 2.5:  erf(c) = 2/sqrt(pi) e^(-c^2) (c + 2c^3/3 + 4c^5/15 + ...),  term n = term n-1 times 2c^2 / (2n+1)
 //   beyond:   erf(c) = 1 - erfc(c),  erfc(c) = e^(-c^2) / sqrt(pi) / (c + (1/2) / (c + 1 / (c + (3/2) / ...)))
 inline double erf_at_center(double c) {
@@ -282,6 +283,7 @@ inline void gelu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
     }
 }
 
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // SiLU (swish), SwiGLU's gate: silu(x) = x sigmoid(x) = x / (1 + e^-x).
 inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 inline Matrix silu(const Matrix& X) {
@@ -333,15 +335,5 @@ inline void append_rows(Matrix& Y, const Matrix& more) {  // Y (n, m) grows to (
 inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of each part, one after another
     Matrix Y;
     for (const Matrix& p : parts) append_rows(Y, p);
-    return Y;
-}
-// n_seq sequences in A (n_seq a, m) and in B (n_seq b, m) -> (n_seq (a + b), m): each sequence's rows
-// from A, then its rows from B. Greedy decoding grows every sequence by one row this way.
-inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
-    Matrix Y;
-    for (int e = 0, a = A.rows / n_seq, b = B.rows / n_seq; e < n_seq; e++) {
-        append_rows(Y, take_block(A, e * a, a, 0, A.cols));
-        append_rows(Y, take_block(B, e * b, b, 0, B.cols));
-    }
     return Y;
 }

@@ -1,25 +1,16 @@
 // model.hpp -- the blocks of an encoder-decoder Transformer, each forward beside its backward.
 //
-// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad), lists
-// them by name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=)
-// into its parameters' grads and returns the gradient for its input. Two exceptions, said where they
-// happen: a block with two inputs (attention's queries and memory) adds into gradients the caller zeroed,
-// and Embedding's input is token ids, which have no gradient. Legend as in matrix.hpp: n_seq sequences run
-// as one stack of rows (sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's).
-// Sections: Linear; Dropout; Embedding; attention and its masks; rotary positions and ALiBi's slopes;
-// MultiHeadAttention; LayerNorm; FeedForward; Sublayer (the residual rule); EncoderBlock; DecoderBlock;
-// Transformer; decoding with a cache (inference only). Skip on a first reading: Positions::random
-// (position_rows, hash_of, target_row), today's blocks (rotate_pairs, alibi_slopes_of, causal_padding_mask,
-// read_whole, and the lines of `rms`, SwiGLU, kv_heads and `cross`), the last section.
+// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad), lists them by
+// name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=) into its
+// parameters' grads and returns the gradient for its input (a block with two inputs, attention's queries and
+// memory, adds into gradients the caller zeroed; Embedding's input, token ids, has none). n_seq sequences run as
+// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
 //
-// The variant, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and
-// eps inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
-// 1..max_digit, START = vocab - 1. Where each switch acts (all off by default): post-norm in Sublayer;
-// learned, no or random positions and no embedding scale in Embedding; GELU in FeedForward; dropout, in
-// training only, on the embeddings (Transformer), every sublayer's output (Sublayer) and the attention
-// weights (attention); tied embeddings in Transformer::output. Today's blocks: RMSNorm in LayerNorm; SwiGLU
-// in FeedForward; rotary positions (rotate_pairs), ALiBi (in attention) and grouped-query attention in
-// MultiHeadAttention; decoder-only in Transformer::read_whole, its blocks DecoderBlocks without cross-attention.
+// The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps
+// inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
+// 1..max_digit, START = vocab - 1. Each choice (ModelConfig, all off by default) is decided where the block
+// it changes is built, and the code that runs reads only what was decided. Today's blocks stand whole beside the
+// ones they replace, in sections under a rule of ~, which a first reading skips, as it skips decoding's cache.
 #pragma once
 
 #include <string>
@@ -42,7 +33,8 @@ const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
-    int max_len = 5;      // the position table's rows: seq_len, or more (--test-len, random positions)
+    int max_len = 5;      // positions a sequence may take: seq_len (decoder-only: 2 seq_len), or more (--test-len,
+                          // random positions)
     int d_model = 16;
     int n_heads = 2;
     int d_ff = 32;
@@ -99,13 +91,14 @@ struct Linear {
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        matmul_backward_fast(dy, x, W.value, dx, W.grad);  // dx += dy W^T, dW += x^T dy (matrix.hpp, the end)
+        matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
         return dx;
     }
 };
 
-// ---------------------------------------------------------------------------------------------
-// Dropout, inverted as PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Dropout (--dropout, --attn-dropout; off by default: a first reading may take dropout(x) as x), inverted as
+// PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
 // 1 / (1 - p), so every entry keeps its expected value and evaluation needs nothing. keep (n, d) saves each
 // factor for backward; off (dropout_draws nullptr, as outside training, or p 0), keep is empty and x comes back.
 inline Matrix dropout(Matrix x, double p, Rng* dropout_draws, Matrix& keep) {
@@ -203,14 +196,9 @@ struct Embedding {
     }
 };
 
-inline uint64_t hash_of(const std::vector<int>& tokens) {  // FNV-1a over the token ids: same tokens, same seed
-    uint64_t h = 14695981039346656037ull;
-    for (int t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
-    return h;
-}
-
-// Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with Positions::random
-// (Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with random positions (--pos random;
+// Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
 // training at short lengths visits every row, so a longer input at test time meets no unseen row.
 inline std::vector<int> position_rows(int L, int max_len, bool random_rows, Rng& rng) {
     std::vector<int> rows;
@@ -218,6 +206,13 @@ inline std::vector<int> position_rows(int L, int max_len, bool random_rows, Rng&
         if (!random_rows || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
             rows.push_back(row);
     return rows;
+}
+// Outside training a source's rows are drawn from a stream seeded by the source itself, so one input always reads
+// the same rows: FNV-1a over its token ids.
+inline uint64_t hash_of(const std::vector<int>& tokens) {
+    uint64_t h = 14695981039346656037ull;
+    for (int t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
+    return h;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -241,21 +236,6 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
     return m;
 }
 
-// Decoder-only (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at
-// or before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query
-// sees at least key 0, the source's first digit (a source is never empty, and its PADs come after its digits),
-// so no row is all masked, and none spreads its weight over future keys.
-inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
-    Matrix m(rows * int(sources.size()), keys);
-    for (int i = 0; i < m.rows; i++)
-        for (int j = 0; j < keys; j++) {
-            const std::vector<int>& src = sources[i / rows];
-            bool pad = j < int(src.size()) && src[j] == PAD;
-            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
-        }
-    return m;
-}
-
 struct AttentionCache {  // one head of one sequence
     Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;        // the attention weights (T, S); row i says where query i looked
@@ -270,11 +250,8 @@ constexpr double MASKED = -1e9;
 // temporaries (multi-head attention's slices) are kept there without being copied.
 // Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V. The
 // cache keeps P as it was, so the maps show the weights before dropout.
-// ALiBi (--pos alibi; alibi_slope above 0): query i, at position first_query + i, and key j, at position j, have
-// their score lowered by slope x |first_query + i - j|, a constant (no gradient). The decoder's causal mask leaves
-// only keys at or before the query, so there it is the paper's i - j; the encoder sees both sides, and the
-// distance counts either way (symmetric, as BERT-style uses of ALiBi take it: the paper's models are causal).
-// The scores (T, S) made weights P (T, S): ALiBi, the mask, the softmax (decoding's attention shares them).
+// The scores (T, S) made weights P (T, S): ALiBi's penalty (alibi_slope above 0; its section, above), the mask,
+// the softmax. Query i is at position first_query + i (decoding's attention shares this).
 inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
     if (alibi_slope > 0.0)
         for (int i = 0; i < scores.rows; i++)
@@ -312,7 +289,7 @@ inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix
     matmul_bt_backward_fast(d_QKt, c.Q, c.K, dQ, dK);
 }
 
-// ---------------------------------------------------------------------------------------------
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Rotary positions (--pos rope; Su et al. 2021, RoFormer), in self-attention only: nothing is added to the
 // embeddings. Each head's query and key columns, taken in pairs (2i, 2i+1) as the RoFormer paper and Meta's
 // Llama code pair them, are turned by the angle pos / 10000^(2i / d_k): the sinusoidal table's clocks, now turning
@@ -342,7 +319,12 @@ inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.
 // forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle, rotate_pairs
 // with sign -1 (a rotation's transpose is the rotation back).
 
-// ALiBi's slopes (Press et al. 2022), one a head: for n heads a power of two, m_h = 2^(-8 h / n), h = 1 .. n.
+// ALiBi (--pos alibi; Press et al. 2022), in self-attention only: query i, at position first_query + i, and key j,
+// at position j, have their score lowered by slope x |first_query + i - j|, a constant (no gradient), in
+// attention_weights. The decoder's causal mask leaves only keys at or before the query, so there it is the paper's
+// i - j; the encoder sees both sides, and the distance counts either way (symmetric, as BERT-style uses of ALiBi
+// take it: the paper's models are causal).
+// The slopes, one a head: for n heads a power of two, m_h = 2^(-8 h / n), h = 1 .. n.
 // Otherwise the largest power of two below n, n0, gives its n0 slopes, and the rest are the odd-numbered slopes
 // of 2 n0 heads, 2^(-4 h / n0) for h = 1, 3, 5, ..., the rule of the paper's code.
 inline std::vector<double> alibi_slopes_of(int n) {
@@ -516,9 +498,10 @@ struct LayerNorm {
     }
 };
 
-// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm), today's block in LayerNorm's place: skip on a first
-// reading.  y = gamma * x / sqrt(mean(x^2) + eps).   x, y (n, d_model). No mean is taken out and there is no beta:
-// only the row's scale is normalised.
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm), today's block in LayerNorm's place.
+//   y = gamma * x / sqrt(mean(x^2) + eps).   x, y (n, d_model). No mean is taken out and there is no beta: only
+// the row's scale is normalised.
 struct RMSNorm {
     static constexpr double eps = 1e-5;
     Param gamma;                // (1, d_model), starts at 1
@@ -565,25 +548,6 @@ struct RMSNorm {
 };
 
 // ---------------------------------------------------------------------------------------------
-// A block chosen once, when the model is built: OneOf<A, B> holds an A or a B (a std::variant), and forward,
-// backward and list_parameters reach the one it holds (std::visit calls the lambda with it). So a sublayer reads
-// as if there were one kind of norm, and a new kind is one more name in the list.
-template <class... Kinds>
-struct OneOf {
-    std::variant<Kinds...> block;
-    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
-    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
-    void list_parameters(const std::string& name, ParamList& list) {
-        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
-    }
-};
-using Norm = OneOf<LayerNorm, RMSNorm>;
-inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
-    if (c.rms_norm) return {RMSNorm(c.d_model)};
-    return {LayerNorm(c.d_model)};
-}
-
-// ---------------------------------------------------------------------------------------------
 // Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
 //   x, y (n, d_model), hidden (n, d_ff). act works entry by entry: ReLU, or GELU for the exercise.
 struct Pointwise {  // an activation, entry by entry, and its backward (matrix.hpp)
@@ -615,8 +579,9 @@ struct FeedForward {
     }
 };
 
-// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward), today's block in FeedForward's place: skip on a first
-// reading.  y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a gate times its partner, entry by entry.
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward), today's block in FeedForward's place.
+//   y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a gate times its partner, entry by entry.
 //   x, y (n, d_model), hidden and partner (n, d_h). Three matrices where there were two, so the hidden width d_h is
 // 2 d_ff / 3 (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
 struct SwiGLU {
@@ -650,6 +615,25 @@ struct SwiGLU {
     }
 };
 
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Which norm and which feed-forward a model uses, chosen once, when it is built. A first reading may take Norm as
+// LayerNorm and FeedForwardBlock as FeedForward, as the default builds them. OneOf<A, B> holds an A or a B (a
+// std::variant), and forward, backward and list_parameters reach the one it holds (std::visit calls the lambda with
+// it): the blocks read as if there were one kind, and a new kind is one more name in the list.
+template <class... Kinds>
+struct OneOf {
+    std::variant<Kinds...> block;
+    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
+    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
+    void list_parameters(const std::string& name, ParamList& list) {
+        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
+    }
+};
+using Norm = OneOf<LayerNorm, RMSNorm>;
+inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
+    if (c.rms_norm) return {RMSNorm(c.d_model)};
+    return {LayerNorm(c.d_model)};
+}
 using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
 inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
@@ -665,7 +649,7 @@ inline int hidden_width(const ModelConfig& c) {  // of the feed-forward (TEMPORA
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sublayer: the residual connection and its LayerNorm, wrapped around attention or feed-forward.
+// Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.
 //   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
 // With dropout (in training: Transformer::train hands every Sublayer the model's stream), f's output is dropped
 // before the sum, the paper's residual dropout:
@@ -817,10 +801,10 @@ struct Transformer {
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read (decoder-only:
-                                     // source_rows holds the whole sequence's, n_seq x (S + T))
-    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model);
-                                      // decoder-only: target_keep, the whole sequence's (n_seq (S + T), d_model)
+    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
+    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
+    Batch whole_rows;                 // decoder-only: n_seq x (S + T), the rows of source and answer as one
+    Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
     // Training mode (PyTorch's model.train() and model.eval(); gradient_of turns it on for its forward pass)
     // reads two streams: dropout's masks, drawn in the order forward runs (train() hands the blocks the
     // stream; nullptr: off), and random positions' rows, each source's drawn anew. Outside it, a source's rows
@@ -887,49 +871,21 @@ struct Transformer {
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
-    // The output projection: logits = h W + b, h (n_seq T, d_model); with tie_embeddings (the paper, 3.4) W is
-    // the embedding table transposed: one matrix reads a token in and scores it out, its gradient three uses'.
-    Matrix output(const Matrix& h) {
-        if (!config.tie_embeddings) return out.forward(h);
-        out.x = h;  // saved for output_backward, as Linear::forward saves it
-        return add_row(matmul_bt_fast(h, embed.table.value), out.b.value);
+    // The output projection: logits = h W + b, h (n_seq T, d_model) -> (n_seq T, vocab), and back: dh.
+    Matrix output(const Matrix& h) { return config.tie_embeddings ? tied_output(h) : out.forward(h); }
+    Matrix output_backward(const Matrix& d_logits) {
+        return config.tie_embeddings ? tied_output_backward(d_logits) : out.backward(d_logits);
     }
-    Matrix output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
-        if (!config.tie_embeddings) return out.backward(d_logits);
-        add_row_backward(d_logits, out.b.grad);  // forward: + b
-        Matrix dh(out.x.rows, out.x.cols);
-        // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
-        matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
-        return dh;
-    }
+    Matrix tied_output(const Matrix& h);  // tied embeddings (the paper, 3.4): their section, below
+    Matrix tied_output_backward(const Matrix& d_logits);
+    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: its section, below
+    void read_whole_backward(const Matrix& d_answer);
     Matrix forward(const Batch& srcs, const Batch& tgts_in) {
         switch (config.arch) {
         case Arch::encoder_decoder: return next_token_logits(tgts_in, encode(srcs), srcs);
         case Arch::decoder_only: return read_whole(srcs, tgts_in);
         }
         return Matrix();  // not reached
-    }
-    // Decoder-only (--arch decoder-only, GPT's shape): one causal stack reads each source, START and the answer so
-    // far as one sequence of L = S + T tokens at positions 0 .. L-1 (random positions: L rows drawn at once, kept in
-    // source_rows), its source's PADs hidden; the rows from START on (the last T) predict the answer, so the loss
-    // counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
-    static Batch wholes(const Batch& srcs, const Batch& tgts_in) {  // n_seq x (L): source, START, answer so far
-        Batch whole = srcs;
-        for (std::size_t e = 0; e < whole.size(); e++)
-            whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
-        return whole;
-    }
-    Matrix read_whole(const Batch& srcs, const Batch& tgts_in) {
-        sources = srcs, targets_in = tgts_in;
-        const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
-        source_rows = rows_for(srcs, L);
-        Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(source_rows));  // (n_seq L, d_model)
-        x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), target_keep);
-        Matrix mask = causal_padding_mask(srcs, L, 0, L);  // (n_seq L, L)
-        for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
-        Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
-        for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
-        return output(final_norm.forward(answer));
     }
     static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
@@ -963,20 +919,6 @@ struct Transformer {
         }
     }
 
-    // Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
-    void read_whole_backward(const Matrix& d_answer) {
-        const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
-        Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
-        for (int e = 0; e < n_seq; e++)
-            add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
-        Matrix unused;  // no memory
-        for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
-        dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))
-        const Batch whole = wholes(sources, targets_in);
-        for (int e = 0; e < n_seq; e++)
-            embed.backward(whole[e], source_rows[e], take_block(dx, e * L, L, 0, config.d_model));
-    }
-
     // Every learned tensor with its name, in a fixed order (the checkpoint's order too).
     ParamList parameters() {
         ParamList list;
@@ -991,9 +933,75 @@ struct Transformer {
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
 
-// =============================================================================================
-// Decoding with a cache (inference only: greedy decoding, train.hpp; beam search). Skip on a first reading.
-// =============================================================================================
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Tied embeddings (--tie-embeddings; the paper, 3.4): the output projection's W is the embedding table transposed,
+// so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
+inline Matrix Transformer::tied_output(const Matrix& h) {
+    out.x = h;  // saved for the backward, as Linear::forward saves it
+    return add_row(matmul_bt_fast(h, embed.table.value), out.b.value);
+}
+inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
+    add_row_backward(d_logits, out.b.grad);  // forward: + b
+    Matrix dh(out.x.rows, out.x.cols);
+    // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
+    matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
+    return dh;
+}
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
+// without cross-attention (`cross` false) reads each source, START and the answer so far as one sequence of
+// L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
+// answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
+//
+// The mask (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at or
+// before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query sees at
+// least key 0, the source's first digit (a source is never empty, and its PADs come after its digits), so no row
+// is all masked, and none spreads its weight over future keys.
+inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
+    Matrix m(rows * int(sources.size()), keys);
+    for (int i = 0; i < m.rows; i++)
+        for (int j = 0; j < keys; j++) {
+            const std::vector<int>& src = sources[i / rows];
+            bool pad = j < int(src.size()) && src[j] == PAD;
+            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
+        }
+    return m;
+}
+inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) {
+    Transformer::Batch whole = srcs;  // n_seq x (L): the source, START, the answer so far
+    for (std::size_t e = 0; e < whole.size(); e++)
+        whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
+    return whole;
+}
+inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
+    sources = srcs, targets_in = tgts_in;
+    const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
+    whole_rows = rows_for(srcs, L);  // random positions: L rows drawn at once
+    Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(whole_rows));  // (n_seq L, d_model)
+    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), whole_keep);
+    Matrix mask = causal_padding_mask(srcs, L, 0, L);  // (n_seq L, L)
+    for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+    Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
+    for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
+    return output(final_norm.forward(answer));
+}
+// Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
+inline void Transformer::read_whole_backward(const Matrix& d_answer) {
+    const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
+    Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
+    for (int e = 0; e < n_seq; e++)
+        add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
+    Matrix unused;  // no memory
+    for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
+    dx = dropout_backward(std::move(dx), whole_keep);  // forward: x = dropout(embed.forward(whole))
+    const Batch whole = wholes(sources, targets_in);
+    for (int e = 0; e < n_seq; e++)
+        embed.backward(whole[e], whole_rows[e], take_block(dx, e * L, L, 0, config.d_model));
+}
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Decoding with a cache (inference only: greedy decoding, train.hpp; beam search).
 // Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
 // every position, it keeps what every attention computed (llama2.c's RunState) and feeds only the newest
 // tokens: causal self-attention adds the new rows' K and V to those kept, cross-attention reads the memory's K
@@ -1004,10 +1012,21 @@ struct DecodingCache {
     struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
     std::vector<Layer> layers;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
-    Transformer::Batch source_rows;   // n_seq x (S): the position rows its tokens read (random positions);
-                                      // decoder-only: n_seq x (2 S), the whole sequence's
+    Transformer::Batch rows;          // n_seq x (S): the position rows its source read, which the output's follow
+                                      // (random positions); decoder-only: n_seq x (2 S), the whole sequence's
     int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
 };
+
+// n_seq sequences in A (n_seq a, m) and in B (n_seq b, m) -> (n_seq (a + b), m): each sequence's rows
+// from A, then its rows from B. Decoding grows every sequence's kept K and V this way.
+inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
+    Matrix Y;
+    for (int e = 0, a = A.rows / n_seq, b = B.rows / n_seq; e < n_seq; e++) {
+        append_rows(Y, take_block(A, e * a, a, 0, A.cols));
+        append_rows(Y, take_block(B, e * b, b, 0, B.cols));
+    }
+    return Y;
+}
 
 // MultiHeadAttention::attend for decoding: the same sums in the same order, so the same bits, but read in place
 // from Q (n_seq T, d_model) and the kept K, V (n_seq S, kv_heads d_k), where attend copies out every head's slices
@@ -1076,9 +1095,9 @@ inline DecodingCache start_decoding_whole(Transformer& model, const Transformer:
     DecodingCache cache;
     cache.sources = sources;
     const int S = int(sources[0].size()), n_seq = int(sources.size());
-    cache.source_rows = model.rows_for(sources, positions_read(model.config, S));
+    cache.rows = model.rows_for(sources, positions_read(model.config, S));
     Transformer::Batch rows;  // the sources' own rows, the first S of each
-    for (const std::vector<int>& r : cache.source_rows) rows.push_back({r.begin(), r.begin() + S});
+    for (const std::vector<int>& r : cache.rows) rows.push_back({r.begin(), r.begin() + S});
     Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
     Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
     cache.layers.resize(model.decoder.size());
@@ -1096,7 +1115,7 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
     DecodingCache cache;
     cache.sources = sources;
     Matrix memory = model.encode(sources);
-    cache.source_rows = model.source_rows;
+    cache.rows = model.source_rows;
     for (DecoderBlock& block : model.decoder)
         cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
                                 block.cross_attn.W_v.forward(memory)});
@@ -1107,7 +1126,7 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
 inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
     const int n_seq = int(newest.size());
     std::vector<int> rows;  // the position row each newest token reads
-    for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.source_rows[e], cache.position));
+    for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.rows[e], cache.position));
     Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
     Matrix memory_mask, self_mask;  // cross-attention's (n_seq, S), or decoder-only's self-attention's (n_seq, keys)
     switch (model.config.arch) {

@@ -5,11 +5,10 @@
 // by the true target shifted right by one, and at every position predicts the next true token.
 // At test time there is no true target to read, so greedy decoding feeds back its own argmax.
 //
-// Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers and
-// schedules (skip momentum, Adam and warm-up on a first reading); a batch's loss, the training state and
-// the training step; greedy decoding. (Beam search and the held-out set scored in chunks are the program's:
-// workbench/beam.hpp, workbench/evaluate.hpp.) Legend: T, S target and source lengths (both seq_len), vocab,
-// and n_seq the sequences of a mini-batch, stacked as rows.
+// Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers (the Optimizer
+// under a rule of ~, which a first reading skips); schedules; a batch's loss, the training state and the training
+// step; greedy decoding. Legend: T, S target and source lengths (both seq_len), vocab, and n_seq the sequences of a
+// mini-batch, stacked as rows.
 #pragma once
 
 #include <algorithm>
@@ -221,12 +220,16 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 //              m_hat = m / (1 - beta1^t),    s_hat = s / (1 - beta2^t)       (both start at 0: unbias)
 //              w -= lr m_hat / (sqrt(s_hat) + eps)                           (a step size per entry)
 //   with the paper's beta1 0.9, beta2 0.98, eps 1e-9; t counts the updates from 1.
-// Before the step, each off at 0 (skip them on a first reading):
+// Before the step, each off at 0:
 //   clipping      the norm of all gradients as one vector, above `clip`, scales every g by clip / (norm + 1e-6)
 //                 (PyTorch's clip_grad_norm_, which minGPT and nanoGPT call; the 1e-6 spares a zero norm)
 //   weight decay  w *= 1 - lr weight_decay, apart from the gradient (decoupled, AdamW's form, for SGD and
 //                 momentum too): matrices only, not biases, gamma or beta, as nanoGPT. minGPT spares the
 //                 embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
+// A first reading may take the Optimizer below as SGD's one line, w -= lr g, and skip to the schedules.
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The Optimizer: SGD, momentum and Adam, and before them clipping and weight decay, as the table above says.
 inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions
     std::string last = name.substr(name.rfind('.') + 1);
     return last[0] == 'W' || last == "table" || last == "positions";
@@ -293,6 +296,7 @@ struct Optimizer {
     }
 };
 
+// ---------------------------------------------------------------------------------------------
 // Learning-rate schedules: the rate of step t (1 .. total) for the base rate lr.
 //   constant   lr
 //   linear     lr (1 - (t - 1) / total): from lr at the first step down towards 0 at the last
@@ -370,12 +374,12 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
 }
 
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: encode the sources once, then grow each output one token at a time by the argmax
-// of the last position's logits, starting from the START token that teacher forcing used. An output ends
-// at its first PAD: every later position is PAD too, as in every target. START is an input, never an
-// output, so the argmax runs over PAD and the digits. Each position runs only the newest tokens through the
-// decoder, which keeps the earlier keys and values (model.hpp, the decoding cache), many sources together as
-// one stack of rows: the same bits as one at a time over the whole prefix.
+// Greedy decoding: read the sources once (encode them, or run them through a decoder-only stack), then grow
+// each output one token at a time by the argmax of the last position's logits, from the START token that
+// teacher forcing used. An output ends at its first PAD: every later position is PAD too, as in every target.
+// START is an input, never an output, so the argmax runs over PAD and the digits. Each position runs only the
+// newest tokens through the decoder, which keeps the earlier keys and values (model.hpp, the decoding cache),
+// many sources together as one stack of rows: the same bits as one at a time over the whole prefix.
 // The next token of every sequence (a function of its own so that --inspect can read each position's maps).
 // `newest` holds each sequence's last token and becomes the chosen one.
 inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {

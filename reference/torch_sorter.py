@@ -334,8 +334,8 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         S = source.shape[1]
         whole = torch.cat([source, target_in], dim=1)  # (B, L)
         y = self.embed(whole)
-        if "embed.target" in self.keep:
-            y = y * self.keep["embed.target"]
+        if "embed.whole" in self.keep:
+            y = y * self.keep["embed.whole"]
         L = whole.shape[1]
         key_seen = torch.cat([source != PAD, torch.ones_like(target_in, dtype=torch.bool)], dim=1)  # (B, L)
         allowed = causal_allowed(L)[None, None] & key_seen[:, None, None, :]  # (B, 1, L, L)

@@ -42,10 +42,10 @@ inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
                 std::copy_n(&kept->at(from[i] * L, 0), std::size_t(L) * kept->cols, &gathered.at(int(i) * L, 0));
             *kept = std::move(gathered);
         }
-    Transformer::Batch parents_sources = cache.sources, parents_rows = cache.source_rows;
-    cache.sources.clear(), cache.source_rows.clear();
+    Transformer::Batch parents_sources = cache.sources, parents_rows = cache.rows;
+    cache.sources.clear(), cache.rows.clear();
     for (int parent : from)
-        cache.sources.push_back(parents_sources[parent]), cache.source_rows.push_back(parents_rows[parent]);
+        cache.sources.push_back(parents_sources[parent]), cache.rows.push_back(parents_rows[parent]);
 }
 
 // Each source's hypotheses after `length` tokens, best score first: K of them, or every possible output if

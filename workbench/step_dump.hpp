@@ -16,8 +16,8 @@ inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "
 // the embeddings', each sublayer's, and each attention's (its heads' (T, S) factors stacked, sequence by
 // sequence, head by head). A place with nothing dropped is left out.
 inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transformer& model) {
-    std::vector<std::pair<std::string, Matrix>> masks = {{"embed.source", model.source_keep},
-                                                         {"embed.target", model.target_keep}};
+    std::vector<std::pair<std::string, Matrix>> masks = {
+        {"embed.source", model.source_keep}, {"embed.target", model.target_keep}, {"embed.whole", model.whole_keep}};
     auto heads = [](const MultiHeadAttention& attn) {
         std::vector<Matrix> keeps;
         for (const AttentionCache& head : attn.heads) keeps.push_back(head.keep);
