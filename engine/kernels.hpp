@@ -28,7 +28,7 @@ constexpr int TILE_ROWS = 6, TILE_COLS = 16;
 // Every core, the same bits (--threads N). parallel_for cuts the outputs of one piece of work into N ranges; the
 // thread that claims a range computes all of it, each entry exactly as one thread alone would compute it, so N
 // changes no bit of any result. The pool `threads` (threads.hpp) runs the ranges. Work under PARALLEL_WORK
-// multiply-adds (some 5 to 10 us here) stays on the calling thread: waking another costs more than it would gain.
+// multiply-adds stays on the calling thread: waking another costs more than it would gain (docs/performance.md).
 constexpr double PARALLEL_WORK = 1e5;
 
 // ranges(begin, end) over 0 .. n-1, cut into up to threads.count() ranges of whole grains (the last may end short),
@@ -49,8 +49,8 @@ inline void parallel_for(int n, int grain, double work, Work&& ranges) {
 }
 
 // The work of `heads` heads of T queries and S keys of d_k columns, for parallel_each below: their two products,
-// and about 5000 multiply-adds' worth for each head's small matrices (measured: with 600, decoding's attention
-// stayed on one thread, and one held-out evaluation of the large model took 1.28x as long).
+// and about 5000 multiply-adds' worth for each head's small matrices (counted smaller, decoding's attention stays
+// on one thread, and an evaluation of the large model takes longer: docs/performance.md).
 inline double attention_work(int heads, int T, int S, int d_k) { return heads * (2.0 * T * S * d_k + 5000.0); }
 // each(e) for e = 0 .. n-1, on the threads as parallel_for cuts them: model.hpp's sequences, which attend only to
 // their own rows.

@@ -1,6 +1,6 @@
 // workbench/run_test.cpp -- tests of main.cpp's run(): whole runs, with bad paths, outputs on one file, no
 // held-out set, a diverging loss, a report, a --train-data file. (Real signals: signals_test.cpp.)
-#include "run_helpers.hpp"
+#include "test_runs.hpp"
 
 TEST_CASE("run(): bad output paths and bad --sort digits stop before any work") {
     CHECK(contains(run_error({"--svg", "/nonexistent/dir", "--params"}), "--svg /nonexistent/dir: no such directory"));

@@ -1,7 +1,7 @@
 // workbench/signals_test.cpp -- tests of signals.hpp and of what main.cpp's run() does with each signal, sent
 // for real to a child process: Ctrl-C, kill (SIGTERM) and a closed terminal (SIGHUP) during training and after
 // it, SIGKILL with --save-every, and --finish.
-#include "run_helpers.hpp"
+#include "test_runs.hpp"
 
 #include <cstdlib>  // posix_openpt, grantpt, unlockpt, ptsname (POSIX): a terminal the test can close
 

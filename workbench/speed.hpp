@@ -18,8 +18,8 @@
 #include "history.hpp"
 
 // glibc hands freed blocks from 128 kB up back to the system, which gives them again as fresh pages to be zeroed,
-// and every step frees matrices and asks again for the same sizes: main() asks glibc to keep them (the mid size
-// trains 12-15% faster, peak memory the same: docs/performance.md).
+// and every step frees matrices and asks again for the same sizes: main() asks glibc to keep them (the gain, and
+// peak memory unchanged: docs/performance.md).
 inline void keep_freed_blocks() {
 #ifdef __GLIBC__
     mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -1,6 +1,6 @@
 // workbench/web_test.cpp -- the page's side (web.hpp), run natively: the same model, the same steps and the same
 // figures as ./sorter, and a clear answer to a bad flag or input.
-#include "run_helpers.hpp"
+#include "test_runs.hpp"
 #include "web.hpp"
 
 // The number after "key": in an answer (the tests read only flat numbers).

@@ -1,4 +1,4 @@
-// workbench/run_helpers.hpp -- what the tests of whole runs share (run_test.cpp, signals_test.cpp): main.cpp
+// workbench/test_runs.hpp -- what the tests of whole runs share (run_test.cpp, signals_test.cpp): main.cpp
 // without its main(), a run's refusal or its output, and a run in a child process that a test can send signals.
 #pragma once
 
