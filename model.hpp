@@ -68,6 +68,89 @@ inline int positions_read(const ModelConfig& c, int length) {
     return length;  // not reached
 }
 
+// ---------------------------------------------------------------------------------------------
+// The questions the program asks of a choice, each answered here once (skip on a first reading). The flags, the
+// checkpoint, the counts and the pictures (workbench/) ask these and never test a choice themselves, so a new value
+// of an enum is asked each question here by the compiler (-Wswitch: every switch names every value).
+// Whether the model has an encoder, whose output (the memory) each decoder block reads by cross-attention. Without
+// one (decoder-only), the decoder reads the source itself: source, START and answer as one sequence.
+inline bool has_encoder(Arch arch) {
+    switch (arch) {
+    case Arch::encoder_decoder: return true;
+    case Arch::decoder_only: return false;
+    }
+    return true;  // not reached
+}
+// Whether a sublayer reads LN(x) (pre-norm) or x itself, its sum then normalised (post-norm).
+inline bool norm_before_sublayer(Norm norm) {
+    switch (norm) {
+    case Norm::pre: return true;
+    case Norm::post: return false;
+    }
+    return true;  // not reached
+}
+// Whether self-attention turns each head's queries and keys by position, in pairs of columns (rotary).
+inline bool turns_queries_and_keys(Positions positions) {
+    switch (positions) {
+    case Positions::rope: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
+    case Positions::alibi: return false;
+    }
+    return false;  // not reached
+}
+// Whether self-attention lowers each score by the distance between query and key (ALiBi).
+inline bool lowers_scores_by_distance(Positions positions) {
+    switch (positions) {
+    case Positions::alibi: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
+    case Positions::rope: return false;
+    }
+    return false;  // not reached
+}
+// Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
+inline bool draws_position_rows(Positions positions) {
+    switch (positions) {
+    case Positions::random: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::rope:
+    case Positions::alibi: return false;
+    }
+    return false;  // not reached
+}
+// Whether a choice is one of today's blocks (the opening of this file lists them), which the 2017 paper's model and
+// the exercises' variants do not have: a checkpoint names them from version 6 on.
+inline bool is_todays(Norm norm) {
+    switch (norm) {
+    case Norm::pre: case Norm::post: return false;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Positions positions) {
+    switch (positions) {
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random: return false;
+    case Positions::rope: case Positions::alibi: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Activation activation) {
+    switch (activation) {
+    case Activation::relu: case Activation::gelu: return false;
+    case Activation::swiglu: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Arch arch) {
+    switch (arch) {
+    case Arch::encoder_decoder: return false;
+    case Arch::decoder_only: return true;
+    }
+    return false;  // not reached
+}
+inline bool uses_todays_blocks(const ModelConfig& c) {  // RMSNorm and grouped-query attention are switches of their own
+    return c.rms_norm || c.key_value_heads() != c.n_heads || is_todays(c.norm) || is_todays(c.positions) ||
+           is_todays(c.activation) || is_todays(c.arch);
+}
+
+
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
 
 // Every learned tensor of a block with its name ("encoder.0.self_attn.W_q"), in a fixed order: the

@@ -379,7 +379,7 @@ inline Options parse_options(int argc, char** argv) {
         fail(fmt("--kv-heads %d with --heads %d: each key-value head serves the same number of query heads, so it must "
                  "divide the heads", m.kv_heads, m.n_heads));
     if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
-    if (m.positions == Positions::rope && (m.d_model / m.n_heads) % 2 != 0)
+    if (turns_queries_and_keys(m.positions) && (m.d_model / m.n_heads) % 2 != 0)
         fail(fmt("--pos rope turns each head's columns in pairs: d_k = d_model / heads = %d / %d = %d is odd; choose "
                  "an even d_k", m.d_model, m.n_heads, m.d_model / m.n_heads));
     if (!was_given("--lr"))
@@ -387,7 +387,7 @@ inline Options parse_options(int argc, char** argv) {
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
                  "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));
-    if (!o.dump_step_path.empty() && m.positions == Positions::random)
+    if (!o.dump_step_path.empty() && draws_position_rows(m.positions))
         fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
              "combined with --pos random");
     if (!o.load_path.empty())
@@ -408,16 +408,16 @@ inline Options parse_options(int argc, char** argv) {
         fail("--finish trains the steps the loaded run has left; give --finish or --steps N, not both");
     if (o.finish && o.save_path.empty())
         fail("--finish trains the rest of a run: add --save FILE to keep it (the --load file, to finish in place)");
-    if (m.arch == Arch::decoder_only && was_given("--enc-layers"))
-        fail("--enc-layers with --arch decoder-only: a decoder-only model has no encoder; --dec-layers N sets its "
-             "blocks");
-    if (m.arch == Arch::decoder_only) m.enc_layers = 0;
+    if (!has_encoder(m.arch) && was_given("--enc-layers"))
+        fail("--enc-layers with --arch " + ARCH_NAMES[int(m.arch)] + ": a decoder-only model has no encoder; "
+             "--dec-layers N sets its blocks");
+    if (!has_encoder(m.arch)) m.enc_layers = 0;
     if (o.threads == 0) o.threads = std::min(cores_available(), int(MAX_THREADS));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
-    if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
+    if (draws_position_rows(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
     return o;
 }
 
@@ -448,11 +448,8 @@ inline bool reads_held_out(const Options& o) {
 }
 // The lines a run prints about its settings.
 inline std::string layers_text(const ModelConfig& m) {  // "1+1" (encoder + decoder), or "2, decoder-only"
-    switch (m.arch) {
-    case Arch::encoder_decoder: return fmt("%d+%d", m.enc_layers, m.dec_layers);
-    case Arch::decoder_only: return fmt("%d, decoder-only", m.dec_layers);
-    }
-    return "";  // not reached
+    return has_encoder(m.arch) ? fmt("%d+%d", m.enc_layers, m.dec_layers)
+                               : fmt("%d, %s", m.dec_layers, ARCH_NAMES[int(m.arch)].c_str());
 }
 inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
     return fmt("d_model %d, heads %d, d_ff %d, layers %s, seq_len %d", m.d_model, m.n_heads, m.d_ff,
