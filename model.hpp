@@ -150,6 +150,29 @@ inline bool uses_todays_blocks(const ModelConfig& c) {  // RMSNorm and grouped-q
            is_todays(c.activation) || is_todays(c.arch);
 }
 
+// The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each
+// range alone is checked where the value is read). `settings` names the settings that disagree, as ModelConfig and
+// a checkpoint's header spell them; each caller says them in its own words (the flags, or the header's lines).
+struct SettingsProblem {
+    std::vector<std::string> settings;  // empty: no problem
+    std::string why;                    // what is wrong and how to fix it, after the settings are named
+};
+inline SettingsProblem settings_problem(const ModelConfig& c) {
+    const int d_k = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
+    if (c.n_heads <= 0 || c.d_model % c.n_heads != 0)  // every head takes d_k = d_model / n_heads columns
+        return {{"n_heads", "d_model"}, "d_model must be a multiple of the number of heads"};
+    if (c.n_heads % c.key_value_heads() != 0)
+        return {{"kv_heads", "n_heads"}, "each key-value head serves the same number of query heads, so it must "
+                                         "divide the heads"};
+    if (turns_queries_and_keys(c.positions) && d_k % 2 != 0)
+        return {{"positions", "d_model", "n_heads"},
+                "rotary positions turn each head's columns in pairs, and d_k = d_model / n_heads = " +
+                    std::to_string(c.d_model) + " / " + std::to_string(c.n_heads) + " = " + std::to_string(d_k) +
+                    " is odd; choose an even d_k"};
+    if ((c.enc_layers > 0) != has_encoder(c.arch))
+        return {{"enc_layers", "arch"}, "a decoder-only model has none, an encoder-decoder at least 1"};
+    return {};
+}
 
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
 

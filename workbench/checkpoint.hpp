@@ -285,12 +285,13 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int versio
     read_settings(r, header_table(), s, version);
     c = s.model, d = s.data;
     std::string header = r.where + " header: ";  // two header values that disagree
-    if (c.d_model % c.n_heads != 0)
-        fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
-    if (c.n_heads % c.key_value_heads() != 0)
-        fail(header + fmt("kv_heads %d does not divide n_heads %d", c.key_value_heads(), c.n_heads));
-    if (turns_queries_and_keys(c.positions) && (c.d_model / c.n_heads) % 2 != 0)
-        fail(header + fmt("positions rope needs an even d_k; d_model %d / n_heads %d is odd", c.d_model, c.n_heads));
+    SettingsProblem problem = settings_problem(c);  // said as the lines say them: "n_heads 3 with d_model 16: ..."
+    std::string named;
+    for (std::size_t k = 0; k < problem.settings.size(); k++)
+        for (const SettingRow& row : header_table())
+            if (row.name == problem.settings[k]) named += (k == 0 ? "" : k == 1 ? " with " : ", ") + row.name + " " +
+                                                         row.text(s);
+    if (!problem.settings.empty()) fail(header + named + ": " + problem.why);
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
@@ -298,9 +299,6 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int versio
         fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len) +
              (has_encoder(c.arch) ? "" : fmt(" x 2 (%s: the source and the answer, one sequence)",
                                              ARCH_NAMES[int(c.arch)].c_str())));
-    if ((c.enc_layers > 0) != has_encoder(c.arch))
-        fail(header + fmt("enc_layers %d with arch %s: a decoder-only model has none, an encoder-decoder at least 1",
-                          c.enc_layers, ARCH_NAMES[int(c.arch)].c_str()));
 }
 
 // Every value takes at least two bytes (a digit and a space or newline), so a file too short for the

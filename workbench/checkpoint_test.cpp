@@ -86,11 +86,12 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
         }
         if (positions != Positions::rope) continue;
         CHECK(contains(load_error(replace_once(text, "kv_heads 1", "kv_heads 3")),
-                       "kv_heads 3 does not divide n_heads 2"));
+                       "kv_heads 3 with n_heads 2: each key-value head serves"));
         CHECK(contains(load_error(replace_once(text, "rms_norm 1", "rms_norm 2")), "rms_norm 2"));
         std::string odd = replace_once(replace_once(text, "n_heads 2", "n_heads 8"), "kv_heads 1", "kv_heads 8");
         CHECK(contains(load_error(odd),
-                       "positions rope needs an even d_k; d_model 8 / n_heads 8 is odd"));
+                       "positions rope with d_model 8, n_heads 8: rotary positions turn each head's columns in pairs, "
+                       "and d_k = d_model / n_heads = 8 / 8 = 1 is odd"));
         CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 6", "sorter-checkpoint 5")),
                        "expected 'task', found 'rms_norm'"));  // a version 5 file has no such line
     }
@@ -206,7 +207,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
         {"negative size", replace_once(good, "d_ff 12", "d_ff -12"), {"d_ff -12"}},
         {"bad choice", replace_once(good, "norm post", "norm sideways"), {"norm sideways", "pre, post"}},
-        {"heads do not divide", replace_once(good, "n_heads 2", "n_heads 3"), {"not a multiple of n_heads 3"}},
+        {"heads do not divide", replace_once(good, "n_heads 2", "n_heads 3"), {"n_heads 3 with d_model 8: d_model must be a multiple"}},
         {"vocab mismatch", replace_once(good, "vocab 8", "vocab 11"), {"vocab 11", "max_digit 6"}},
         {"min_len above seq_len", replace_once(good, "min_len 2", "min_len 5"), {"min_len 5", "seq_len 4"}},
         {"wrong tensor count", replace_once(good, "tensors ", "tensors 1"), {"tensors"}},

@@ -349,6 +349,17 @@ inline void print_help() {
     }
 }
 
+// A model's setting as the flags say it ("--heads 3"), for settings_problem's messages: each setting it names, by
+// the flag that sets it.
+inline std::string as_flag(const Options& o, const std::string& setting) {
+    static const std::vector<std::pair<std::string, std::string>> flags = {
+        {"d_model", "--d-model"}, {"n_heads", "--heads"}, {"kv_heads", "--kv-heads"}, {"positions", "--pos"},
+        {"enc_layers", "--enc-layers"}, {"arch", "--arch"}};
+    for (const auto& [name, flag] : flags)
+        if (name == setting) return find_flag(flag)->as_given(o);
+    return setting;  // a setting no flag sets: its own name
+}
+
 // The options of a command line; every value is checked here, the --sort digits once the data is known.
 inline Options parse_options(int argc, char** argv) {
     Options o;
@@ -371,17 +382,14 @@ inline Options parse_options(int argc, char** argv) {
         d.min_len = d.seq_len;  // fixed length unless asked otherwise
     if (d.min_len > d.seq_len)
         fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
-    if (m.d_model % m.n_heads != 0)
-        fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
-                 m.d_model));
     if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads = m.n_heads / 2;
-    if (m.kv_heads > 0 && m.n_heads % m.kv_heads != 0)
-        fail(fmt("--kv-heads %d with --heads %d: each key-value head serves the same number of query heads, so it must "
-                 "divide the heads", m.kv_heads, m.n_heads));
+    if (!has_encoder(m.arch)) m.enc_layers = 0;  // (--enc-layers given is refused below)
+    SettingsProblem problem = settings_problem(m);  // said with the flags: "--heads 3 with --d-model 16: ..."
+    std::string named;
+    for (std::size_t k = 0; k < problem.settings.size(); k++)
+        named += (k == 0 ? "" : k == 1 ? " with " : ", ") + as_flag(o, problem.settings[k]);
+    if (!problem.settings.empty()) fail(named + ": " + problem.why);
     if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
-    if (turns_queries_and_keys(m.positions) && (m.d_model / m.n_heads) % 2 != 0)
-        fail(fmt("--pos rope turns each head's columns in pairs: d_k = d_model / heads = %d / %d = %d is odd; choose "
-                 "an even d_k", m.d_model, m.n_heads, m.d_model / m.n_heads));
     if (!was_given("--lr"))
         o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)
@@ -411,7 +419,6 @@ inline Options parse_options(int argc, char** argv) {
     if (!has_encoder(m.arch) && was_given("--enc-layers"))
         fail("--enc-layers with --arch " + ARCH_NAMES[int(m.arch)] + ": a decoder-only model has no encoder; "
              "--dec-layers N sets its blocks");
-    if (!has_encoder(m.arch)) m.enc_layers = 0;
     if (o.threads == 0) o.threads = std::min(cores_available(), int(MAX_THREADS));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
