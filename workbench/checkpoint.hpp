@@ -28,7 +28,7 @@ constexpr double ADAM_M_SQUARED_OVER_S = 3.0;
 // ---------------------------------------------------------------------------------------------
 
 // The values of the settings' lines in one place, so that a row of the tables below can point at each by member
-// pointer: options.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
+// pointer: flags.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
 struct Settings {
     ModelConfig model;
     DataConfig data;
