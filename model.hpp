@@ -62,6 +62,116 @@ inline int positions_read(const ModelConfig& c, int length) {
     return length;  // not reached
 }
 
+// ---------------------------------------------------------------------------------------------
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The questions asked of a choice, each answered here once: the blocks ask them where they are built, and the
+// program (workbench/: the flags, the checkpoint, the counts, the pictures) asks them and never tests a choice
+// itself, so a new value of an enum is asked each question here by the compiler (-Wswitch: every switch names every
+// value).
+// Whether the model has an encoder, whose output (the memory) each decoder block reads by cross-attention. Without
+// one (decoder-only), the decoder reads the source itself: source, START and answer as one sequence.
+inline bool has_encoder(Arch arch) {
+    switch (arch) {
+    case Arch::encoder_decoder: return true;
+    case Arch::decoder_only: return false;
+    }
+    return true;  // not reached
+}
+// Whether a sublayer reads LN(x) (pre-norm) or x itself, its sum then normalised (post-norm).
+inline bool norm_before_sublayer(NormPlace place) {
+    switch (place) {
+    case NormPlace::pre: return true;
+    case NormPlace::post: return false;
+    }
+    return true;  // not reached
+}
+// Whether self-attention turns each head's queries and keys by position, in pairs of columns (rotary).
+inline bool turns_queries_and_keys(Positions positions) {
+    switch (positions) {
+    case Positions::rope: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
+    case Positions::alibi: return false;
+    }
+    return false;  // not reached
+}
+// Whether self-attention lowers each score by the distance between query and key (ALiBi).
+inline bool lowers_scores_by_distance(Positions positions) {
+    switch (positions) {
+    case Positions::alibi: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
+    case Positions::rope: return false;
+    }
+    return false;  // not reached
+}
+// Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
+inline bool draws_position_rows(Positions positions) {
+    switch (positions) {
+    case Positions::random: return true;
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::rope:
+    case Positions::alibi: return false;
+    }
+    return false;  // not reached
+}
+// Whether a choice is one of today's blocks (the opening of this file lists them), which the 2017 paper's model and
+// the exercises' variants do not have: a checkpoint names them from version 6 on.
+inline bool is_todays(NormPlace place) {
+    switch (place) {
+    case NormPlace::pre: case NormPlace::post: return false;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Positions positions) {
+    switch (positions) {
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random: return false;
+    case Positions::rope: case Positions::alibi: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Activation activation) {
+    switch (activation) {
+    case Activation::relu: case Activation::gelu: return false;
+    case Activation::swiglu: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Arch arch) {
+    switch (arch) {
+    case Arch::encoder_decoder: return false;
+    case Arch::decoder_only: return true;
+    }
+    return false;  // not reached
+}
+inline bool uses_todays_blocks(const ModelConfig& c) {  // RMSNorm and grouped-query attention are switches of their own
+    return c.rms_norm || c.key_value_heads() != c.n_heads || is_todays(c.norm_place) || is_todays(c.positions) ||
+           is_todays(c.activation) || is_todays(c.arch);
+}
+
+// The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each
+// range alone is checked where the value is read). `settings` names the settings that disagree, as ModelConfig and
+// a checkpoint's header spell them; each caller says them in its own words (the flags, or the header's lines).
+struct SettingsProblem {
+    std::vector<std::string> settings;  // empty: no problem
+    std::string why;                    // what is wrong and how to fix it, after the settings are named
+};
+inline SettingsProblem settings_problem(const ModelConfig& c) {
+    const int d_k = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
+    if (c.n_heads <= 0 || c.d_model % c.n_heads != 0)  // every head takes d_k = d_model / n_heads columns
+        return {{"n_heads", "d_model"}, "d_model must be a multiple of the number of heads"};
+    if (c.n_heads % c.key_value_heads() != 0)
+        return {{"kv_heads", "n_heads"}, "each key-value head serves the same number of query heads, so it must "
+                                         "divide the heads"};
+    if (turns_queries_and_keys(c.positions) && d_k % 2 != 0)
+        return {{"positions", "d_model", "n_heads"},
+                "rotary positions turn each head's columns in pairs, and d_k = d_model / n_heads = " +
+                    std::to_string(c.d_model) + " / " + std::to_string(c.n_heads) + " = " + std::to_string(d_k) +
+                    " is odd; choose an even d_k"};
+    if ((c.enc_layers > 0) != has_encoder(c.arch))
+        return {{"enc_layers", "arch"}, "a decoder-only model has none, an encoder-decoder at least 1"};
+    return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tokens and the parameters.
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
 
 // Every learned tensor of a block with its name ("encoder.0.self_attn.W_q"), in a fixed order: the
@@ -144,20 +254,17 @@ struct Embedding {
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
     Positions positions = Positions::sinusoidal;
-    bool random_rows = false;  // Positions::random: the rows a sequence reads are drawn (position_rows)
+    bool random_rows = false;  // --pos random: the rows a sequence reads are drawn (position_rows)
 
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
         : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
-          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
+          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions),
+          random_rows(draws_position_rows(c.positions)) {
         xavier_init(table.value, rng);
-        switch (positions) {  // what each kind needs here, decided once
-        case Positions::learned:
+        if (position_table() == &learned.value) {  // learned positions: a table of their own, drawn here
             learned = Param(c.max_len, c.d_model);
             xavier_init(learned.value, rng);
-            break;
-        case Positions::random: random_rows = true; break;
-        case Positions::sinusoidal: case Positions::none: case Positions::rope: case Positions::alibi: break;
         }
     }
     void list_parameters(const std::string& name, ParamList& list) {
@@ -359,12 +466,8 @@ struct MultiHeadAttention {
         : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, kv_heads * d_k, false, rng),
           W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng) {
-        if (!self_attention) return;  // cross-attention: no positions
-        switch (c.positions) {  // what each kind does here, decided once
-        case Positions::rope: rotary = true; break;
-        case Positions::alibi: alibi_slopes = alibi_slopes_of(c.n_heads); break;
-        case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random: break;
-        }
+        rotary = self_attention && turns_queries_and_keys(c.positions);  // cross-attention: no positions
+        if (self_attention && lowers_scores_by_distance(c.positions)) alibi_slopes = alibi_slopes_of(c.n_heads);
     }
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
@@ -644,9 +747,6 @@ inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // th
     }
     return {};  // not reached
 }
-inline int hidden_width(const ModelConfig& c) {  // of the feed-forward (TEMPORARY: the workbench's, until it reads the model)
-    return c.activation == Activation::swiglu ? SwiGLU::width(c.d_ff) : c.d_ff;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.
@@ -741,11 +841,8 @@ struct DecoderBlock {
 
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
-        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
-        switch (c.arch) {
-        case Arch::encoder_decoder: cross_attn = MultiHeadAttention(c, rng); break;
-        case Arch::decoder_only: cross = false; break;  // no memory to attend to
-        }
+        : cross(has_encoder(c.arch)), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
+        if (cross) cross_attn = MultiHeadAttention(c, rng);
         ffn = feed_forward_of(c, rng);
     }
     void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn

@@ -28,7 +28,7 @@ constexpr double ADAM_M_SQUARED_OVER_S = 3.0;
 // ---------------------------------------------------------------------------------------------
 
 // The values of the settings' lines in one place, so that a row of the tables below can point at each by member
-// pointer: options.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
+// pointer: flags.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
 struct Settings {
     ModelConfig model;
     DataConfig data;
@@ -154,11 +154,7 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 // version 5, the same bytes as before today's blocks came; a model that uses one of them, as version 6, whose
 // header adds their lines (rms_norm, arch, kv_heads) and whose choices may name rope, alibi or swiglu.
 constexpr int CHECKPOINT_VERSION = 6;
-inline int version_for(const ModelConfig& c) {
-    bool todays = c.rms_norm || c.key_value_heads() != c.n_heads || c.positions == Positions::rope ||
-                  c.positions == Positions::alibi || c.activation == Activation::swiglu || c.arch == Arch::decoder_only;
-    return todays ? 6 : 5;
-}
+inline int version_for(const ModelConfig& c) { return uses_todays_blocks(c) ? 6 : 5; }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
     const int version = version_for(model.config);
@@ -206,15 +202,11 @@ inline void save_checkpoint(const std::string& path, Transformer& model, const D
 // ---------------------------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------------------------
-// How many values a model of config c holds, known before it is built (tested against parameters()).
-inline long parameter_count(const ModelConfig& c) {
-    long d = c.d_model, ff = hidden_width(c), vocab = c.vocab, norm = c.rms_norm ? d : 2 * d;
-    long attention = 2 * d * d + 2 * d * (c.key_value_heads() * (d / c.n_heads));  // W_q, W_o; W_k, W_v
-    long ffn = (c.activation == Activation::swiglu ? 3 : 2) * d * ff + (c.activation == Activation::swiglu ? 2 : 1) * ff + d;
-    long embed = vocab * d + (c.positions == Positions::learned ? c.max_len * d : 0);
-    const long decoder_block = c.arch == Arch::decoder_only ? 2 * norm + attention + ffn : 3 * norm + 2 * attention + ffn;
-    return embed + c.enc_layers * (2 * norm + attention + ffn) + c.dec_layers * decoder_block +
-           norm + (c.tie_embeddings ? 0 : d * vocab) + vocab;
+// How many values a model holds: the sizes of its own parameter list, so no shape is restated here.
+inline long parameter_count(Transformer& model) {
+    long values = 0;
+    for (auto& [name, p] : model.parameters()) values += long(p->value.data.size());
+    return values;
 }
 
 // The m.data.size() values of `what` (a tensor, or an optimizer's running mean of one), into m. Each is
@@ -293,27 +285,26 @@ inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int versio
     read_settings(r, header_table(), s, version);
     c = s.model, d = s.data;
     std::string header = r.where + " header: ";  // two header values that disagree
-    if (c.d_model % c.n_heads != 0)
-        fail(header + fmt("d_model %d is not a multiple of n_heads %d", c.d_model, c.n_heads));
-    if (c.n_heads % c.key_value_heads() != 0)
-        fail(header + fmt("kv_heads %d does not divide n_heads %d", c.key_value_heads(), c.n_heads));
-    if (c.positions == Positions::rope && (c.d_model / c.n_heads) % 2 != 0)
-        fail(header + fmt("positions rope needs an even d_k; d_model %d / n_heads %d is odd", c.d_model, c.n_heads));
+    SettingsProblem problem = settings_problem(c);  // said as the lines say them: "n_heads 3 with d_model 16: ..."
+    std::string named;
+    for (std::size_t k = 0; k < problem.settings.size(); k++)
+        for (const SettingRow& row : header_table())
+            if (row.name == problem.settings[k]) named += (k == 0 ? "" : k == 1 ? " with " : ", ") + row.name + " " +
+                                                         row.text(s);
+    if (!problem.settings.empty()) fail(header + named + ": " + problem.why);
     if (d.min_len > d.seq_len) fail(header + fmt("min_len %d is above seq_len %d", d.min_len, d.seq_len));
     if (c.vocab != vocab_size(d))
         fail(header + fmt("vocab %d does not match max_digit %d (vocab = max_digit + 2)", c.vocab, d.max_digit));
     if (c.max_len < positions_read(c, d.seq_len))
         fail(header + fmt("max_len %d is below seq_len %d", c.max_len, d.seq_len) +
-             (c.arch == Arch::decoder_only ? " x 2 (decoder-only: the source and the answer, one sequence)" : ""));
-    if ((c.enc_layers == 0) != (c.arch == Arch::decoder_only))
-        fail(header + fmt("enc_layers %d with arch %s: a decoder-only model has none, an encoder-decoder at least 1",
-                          c.enc_layers, ARCH_NAMES[int(c.arch)].c_str()));
+             (has_encoder(c.arch) ? "" : fmt(" x 2 (%s: the source and the answer, one sequence)",
+                                             ARCH_NAMES[int(c.arch)].c_str())));
 }
 
 // Every value takes at least two bytes (a digit and a space or newline), so a file too short for the
-// model its header describes is refused before that model is allocated. A pipe cannot tell its length:
-// it skips this (the caps on every size still bound the allocation), and its stream is left as it was.
-inline void check_room_for(WordReader& r, const ModelConfig& c) {
+// model its header describes is refused before a value is read. A pipe cannot tell its length: it skips this (the
+// caps on every size bound the model built), and its stream is left as it was.
+inline void check_room_for(WordReader& r, Transformer& model) {
     std::streampos here = r.in.tellg();
     if (here < 0) {  // not a file: tellg failed and set failbit, which the reading below must not see
         r.in.clear();
@@ -323,9 +314,10 @@ inline void check_room_for(WordReader& r, const ModelConfig& c) {
     std::streamoff left = r.in.tellg() - here;
     r.in.clear();
     r.in.seekg(here);
-    if (left >= 0 && left < 2 * parameter_count(c))
+    const long values = parameter_count(model);
+    if (left >= 0 && left < 2 * values)
         r.error(fmt("the file ends early (truncated): this header describes %ld values, and only %lld bytes follow",
-                    parameter_count(c), (long long)left));
+                    values, (long long)left));
 }
 
 // The tensors, which must match the model the header describes, name by name and shape by shape.
@@ -366,8 +358,8 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     ModelConfig c;
     read_header(r, c, d, std::stoi(version));
     long count = r.whole("tensors", 1, 1000);
-    check_room_for(r, c);
     Transformer model(c, 0);
+    check_room_for(r, model);
     read_tensors(r, model, count);
     t = TrainConfig(), state = TrainState(t, 1), origin = Origin();  // version 1 keeps no training: --steps starts
                                                                      // afresh with the training flags' defaults

@@ -14,7 +14,7 @@
 
 constexpr double CHUNK_VALUES = 6e6;
 inline std::size_t chunk_size(const ModelConfig& c, int L) {
-    double attention_layers = c.enc_layers + (c.arch == Arch::decoder_only ? 1.0 : 2.0) * c.dec_layers,
+    double attention_layers = c.enc_layers + (has_encoder(c.arch) ? 2.0 : 1.0) * c.dec_layers,  // self-, cross-
            ffn_layers = c.enc_layers + c.dec_layers;
     L = positions_read(c, L);  // decoder-only: source and answer, one sequence
     double per_sequence = attention_layers * (double(c.n_heads) * L * L + 16.0 * L * c.d_model) +

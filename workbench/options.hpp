@@ -1,9 +1,8 @@
 // workbench/options.hpp -- the command line: one table of every flag, --help made from it, and the
 // checks that a value is allowed (a bad one is one line on stderr and exit status 2).
 //
-// Sections: the caps on every size; Options, everything a run is asked to do; reading a flag's value
-// (Args); the table (flag_table), one row a flag; --help; parse_options and the checks between two
-// flags; the lines a run prints about its settings.
+// Sections: the table (flag_table), one row a flag (Options, the caps and the kinds of row are flags.hpp's); --help;
+// parse_options and the checks between two flags; the lines a run prints about its settings.
 #pragma once
 
 #ifdef __linux__
@@ -11,139 +10,12 @@
 #endif
 
 #include <algorithm>
-#include <functional>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
-#include "beam.hpp"
-#include "text.hpp"
+#include "flags.hpp"
 
-// Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
-// largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
-// two running means add as much again); a step at batch 16 and an evaluation of it peak at 870 MB
-// (docs/performance.md, "Memory").
-constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
-constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
-constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
-constexpr double MAX_LR = 10.0;
-constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
-constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
-constexpr double MAX_LENGTH_PENALTY = 5.0;
-
-// Everything a run is asked to do. The defaults here are the defaults of the program.
-struct Options {
-    ModelConfig model;
-    DataConfig data;
-    TrainConfig train;   // a checkpoint keeps all of it but the steps, so that --load FILE --steps N goes on
-    DecodeConfig decode;  // how evaluation and --sort decode: a choice of each run, not kept in the checkpoint
-    int test_len = 0;    // --test-len: lengths 1 .. test_len evaluated after training
-    uint64_t seed = 1;
-    bool seed_unknown = false;  // --load of a checkpoint from before version 4, which did not keep its seed
-    long eval_every = 500;
-    std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
-    bool help = false, bench = false, speed = false;
-    bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
-    bool inspect = false;
-    std::string svg_dir, report_path, save_path, load_path, train_data_path;
-    long save_every = 0;  // --save-every: the checkpoint every N steps of training too (0: as training ends)
-    bool finish = false;  // --finish: train the steps the --load file's run had left
-    bool llama = false;   // --llama: today's blocks, as the Llama family has them
-    std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
-    std::string demo;                     // one of DEMO_NAMES
-    int threads = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
-};
-const Options DEFAULTS;
-const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
-const std::string ATTENTION_SVG = "attention.svg", POSITIONS_SVG = "pe.svg", TRAINING_SVG = "training.svg";  // --svg
-
-// The command line, read one flag at a time; each reader takes the flag's value and checks it.
-struct Args {
-    int argc;
-    char** argv;
-    int i = 0;
-    std::string flag;  // the flag being read
-    bool has_value() const { return i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0; }
-    std::string value(const std::string& allowed) {
-        if (!has_value() || !*argv[i + 1]) fail(flag + " needs a value: " + allowed);
-        return argv[++i];
-    }
-    long whole(long lo, long hi) { return whole_or_fail(flag, value(range_text(lo, hi)), lo, hi); }
-    int choice(const std::vector<std::string>& names) {
-        return choice_or_fail(flag, value("one of " + join(names, ", ")), names);
-    }
-    double between(double lo, double hi) {  // lo <= X <= hi
-        std::string allowed = fmt("a number from %g to %g", lo, hi), text = value(allowed);
-        double v = 0;
-        if (!parse_finite(text, v) || v < lo || v > hi) fail(flag + " " + text + ": expected " + allowed);
-        return v;
-    }
-    double above_zero(double hi) {
-        std::string allowed = fmt("a number above 0 and at most %g, such as 0.05", hi), text = value(allowed);
-        double v = 0;
-        if (!parse_finite(text, v) || v <= 0.0 || v > hi) fail(flag + " " + text + ": expected " + allowed);
-        return v;
-    }
-};
-
-// One row of the table of options: a new flag is one row here, plus its use.
-struct Flag {
-    std::string name, value, help;  // "--d-model", "N", the --help text (the row's builder adds the default)
-    bool fixed_by_checkpoint;       // the file given to --load decides it: the two cannot be combined (but see
-                                    // checked_by_checkpoint)
-    std::function<void(Options&, Args&)> apply;           // reads the value into the options
-    std::function<std::string(const Options&)> as_given;  // "--d-model 32", or "" for a switch left off
-    bool checked_by_checkpoint = false;  // the checkpoint checks that it names the model's own (--train-data)
-    bool scores = false;                 // the flag scores the model on the held-out set, which --train-data changes
-};
-// The two marks a row may carry besides its builder's, said where the row is.
-inline Flag checked_by_checkpoint(Flag f) { return f.checked_by_checkpoint = true, f; }
-inline Flag scoring(Flag f) { return f.scores = true, f; }
-struct FlagGroup {
-    std::string title, example;
-    bool variant;  // its settings are listed on the "variant:" line of a run when not the defaults
-    std::vector<Flag> flags;
-};
-
-// The member a flag sets, by member pointer: &Options::steps is o.train.steps, &ModelConfig::d_model o.model.d_model.
-template <typename O, typename T> auto& member(O& o, T Options::*m) { return o.*m; }
-template <typename O, typename T> auto& member(O& o, T ModelConfig::*m) { return o.model.*m; }
-template <typename O, typename T> auto& member(O& o, T DataConfig::*m) { return o.data.*m; }
-template <typename O, typename T> auto& member(O& o, T TrainConfig::*m) { return o.train.*m; }
-template <typename O, typename T> auto& member(O& o, T DecodeConfig::*m) { return o.decode.*m; }
-
-// Row builders, one for each kind of flag; the help text gets the default from DEFAULTS.
-template <typename Member>
-Flag whole_flag(const std::string& name, const std::string& help, long lo, long hi, bool fixed, Member m) {
-    return {name, "N", fmt("%s (default %ld, at most %ld)", help.c_str(), long(member(DEFAULTS, m)), hi), fixed,
-            [=](Options& o, Args& a) { member(o, m) = a.whole(lo, hi); },
-            [=](const Options& o) { return name + " " + std::to_string(member(o, m)); }};
-}
-template <typename Member>
-Flag choice_flag(const std::string& name, const std::string& help, const std::vector<std::string>& names, bool fixed,
-                 Member m) {
-    using Enum = std::decay_t<decltype(member(DEFAULTS, m))>;
-    return {name, join(names, "|"), help + " (default " + names[int(member(DEFAULTS, m))] + ")", fixed,
-            [=](Options& o, Args& a) { member(o, m) = Enum(a.choice(names)); },
-            [=](const Options& o) { return name + " " + names[int(member(o, m))]; }};
-}
-template <typename Member>
-Flag switch_flag(const std::string& name, const std::string& help, bool fixed, bool on, Member m) {
-    return {name, "", help, fixed, [=](Options& o, Args&) { member(o, m) = on; },
-            [=](const Options& o) { return member(o, m) == on ? name : ""; }};
-}
-template <typename Member>
-Flag number_flag(const std::string& name, const std::string& help, double lo, double hi, bool fixed, Member m) {
-    return {name, "X", fmt("%s (default %g, from %g to %g)", help.c_str(), member(DEFAULTS, m), lo, hi), fixed,
-            [=](Options& o, Args& a) { member(o, m) = a.between(lo, hi); },
-            [=](const Options& o) { return fmt("%s %g", name.c_str(), member(o, m)); }};
-}
-template <typename Member>
-Flag path_flag(const std::string& name, const std::string& value, const std::string& help, bool fixed, Member m) {
-    return {name, value, help, fixed, [=](Options& o, Args& a) { member(o, m) = a.value(help); },
-            [=](const Options& o) { return member(o, m).empty() ? "" : name + " " + member(o, m); }};
-}
 // The cores this process may run on: Linux's affinity mask (taskset, a container's cpuset), else what the C++ library
 // says, else 1.
 inline int cores_available() {
@@ -349,6 +221,17 @@ inline void print_help() {
     }
 }
 
+// A model's setting as the flags say it ("--heads 3"), for settings_problem's messages: each setting it names, by
+// the flag that sets it.
+inline std::string as_flag(const Options& o, const std::string& setting) {
+    static const std::vector<std::pair<std::string, std::string>> flags = {
+        {"d_model", "--d-model"}, {"n_heads", "--heads"}, {"kv_heads", "--kv-heads"}, {"positions", "--pos"},
+        {"enc_layers", "--enc-layers"}, {"arch", "--arch"}};
+    for (const auto& [name, flag] : flags)
+        if (name == setting) return find_flag(flag)->as_given(o);
+    return setting;  // a setting no flag sets: its own name
+}
+
 // The options of a command line; every value is checked here, the --sort digits once the data is known.
 inline Options parse_options(int argc, char** argv) {
     Options o;
@@ -371,23 +254,20 @@ inline Options parse_options(int argc, char** argv) {
         d.min_len = d.seq_len;  // fixed length unless asked otherwise
     if (d.min_len > d.seq_len)
         fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
-    if (m.d_model % m.n_heads != 0)
-        fail(fmt("--heads %d with --d-model %d: d_model must be a multiple of the number of heads", m.n_heads,
-                 m.d_model));
     if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads = m.n_heads / 2;
-    if (m.kv_heads > 0 && m.n_heads % m.kv_heads != 0)
-        fail(fmt("--kv-heads %d with --heads %d: each key-value head serves the same number of query heads, so it must "
-                 "divide the heads", m.kv_heads, m.n_heads));
+    if (!has_encoder(m.arch)) m.enc_layers = 0;  // (--enc-layers given is refused below)
+    SettingsProblem problem = settings_problem(m);  // said with the flags: "--heads 3 with --d-model 16: ..."
+    std::string named;
+    for (std::size_t k = 0; k < problem.settings.size(); k++)
+        named += (k == 0 ? "" : k == 1 ? " with " : ", ") + as_flag(o, problem.settings[k]);
+    if (!problem.settings.empty()) fail(named + ": " + problem.why);
     if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
-    if (m.positions == Positions::rope && (m.d_model / m.n_heads) % 2 != 0)
-        fail(fmt("--pos rope turns each head's columns in pairs: d_k = d_model / heads = %d / %d = %d is odd; choose "
-                 "an even d_k", m.d_model, m.n_heads, m.d_model / m.n_heads));
     if (!was_given("--lr"))
         o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
                  "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));
-    if (!o.dump_step_path.empty() && m.positions == Positions::random)
+    if (!o.dump_step_path.empty() && draws_position_rows(m.positions))
         fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
              "combined with --pos random");
     if (!o.load_path.empty())
@@ -408,16 +288,15 @@ inline Options parse_options(int argc, char** argv) {
         fail("--finish trains the steps the loaded run has left; give --finish or --steps N, not both");
     if (o.finish && o.save_path.empty())
         fail("--finish trains the rest of a run: add --save FILE to keep it (the --load file, to finish in place)");
-    if (m.arch == Arch::decoder_only && was_given("--enc-layers"))
-        fail("--enc-layers with --arch decoder-only: a decoder-only model has no encoder; --dec-layers N sets its "
-             "blocks");
-    if (m.arch == Arch::decoder_only) m.enc_layers = 0;
+    if (!has_encoder(m.arch) && was_given("--enc-layers"))
+        fail("--enc-layers with --arch " + ARCH_NAMES[int(m.arch)] + ": a decoder-only model has no encoder; "
+             "--dec-layers N sets its blocks");
     if (o.threads == 0) o.threads = std::min(cores_available(), int(MAX_THREADS));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
-    if (m.positions == Positions::random) m.max_len *= RANDOM_POSITION_SPAN;
+    if (draws_position_rows(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
     return o;
 }
 
@@ -448,11 +327,8 @@ inline bool reads_held_out(const Options& o) {
 }
 // The lines a run prints about its settings.
 inline std::string layers_text(const ModelConfig& m) {  // "1+1" (encoder + decoder), or "2, decoder-only"
-    switch (m.arch) {
-    case Arch::encoder_decoder: return fmt("%d+%d", m.enc_layers, m.dec_layers);
-    case Arch::decoder_only: return fmt("%d, decoder-only", m.dec_layers);
-    }
-    return "";  // not reached
+    return has_encoder(m.arch) ? fmt("%d+%d", m.enc_layers, m.dec_layers)
+                               : fmt("%d, %s", m.dec_layers, ARCH_NAMES[int(m.arch)].c_str());
 }
 inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
     return fmt("d_model %d, heads %d, d_ff %d, layers %s, seq_len %d", m.d_model, m.n_heads, m.d_ff,

@@ -64,7 +64,7 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         {{"--heads", "4", "--kv-heads", "3"}, {"--kv-heads 3 with --heads 4", "must divide the heads"}},
         {{"--kv-heads", "4"}, {"--kv-heads 4 with --heads 2"}},
         {{"--pos", "rope", "--d-model", "6", "--heads", "2"},
-         {"--pos rope", "d_k = d_model / heads = 6 / 2 = 3 is odd"}},
+         {"--pos rope with --d-model 6, --heads 2", "d_k = d_model / n_heads = 6 / 2 = 3 is odd"}},
         {{"--load", "m.txt", "--rmsnorm"}, {"--rmsnorm", "--load m.txt"}},
         {{"--load", "m.txt", "--kv-heads", "1"}, {"--kv-heads", "--load m.txt"}},
         {{"--save-every", "5"}, {"--save-every 5", "add --save FILE"}},

@@ -64,7 +64,7 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
     Matrix probs = softmax_rows(model.forward({source}, {dec_in}));  // (T, V)
     // Where each step looked in the source: cross-attention's row t; a decoder-only model has none, and its
     // self-attention's answer row, S + t, over the source's columns shows the same.
-    const bool whole = c.arch == Arch::decoder_only;
+    const bool whole = !has_encoder(c.arch);
     const int first_row = whole ? int(source.size()) : 0;
     std::vector<AttentionLayer> cross;
     for (const AttentionLayer& l : attention_layers(model))

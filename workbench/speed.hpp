@@ -44,19 +44,24 @@ inline double examples_per_second(const Options& o, double seconds) {
 }
 
 // Matmul FLOPs (2 m n k for an (m, k) by (k, n) product) of one teacher-forced forward pass of one
-// example. A training step costs about 3x this: the backward of every product is two products.
+// example, read from the built model: each weight matrix W (d_in, d_out) of its parameter list times the rows that
+// pass through it, plus every attention layer's Q K^T and P V, and the output projection. A training step costs
+// about 3x this: the backward of every product is two products.
 inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
-    double S = d.seq_len, T = d.seq_len, d_model = c.d_model, h = c.n_heads, d_k = d_model / h;
-    double kv_width = c.key_value_heads() * d_k, matrices = c.activation == Activation::swiglu ? 3 : 2;
-    auto attention = [&](double Lq, double Lk) {
-        return 2 * Lq * d_model * d_model * 2 + 2 * Lk * d_model * kv_width * 2  // W_q, W_o; W_k, W_v
-               + h * 2 * Lq * Lk * d_k * 2;                                       // Q K^T and P V in every head
-    };
-    auto ffn = [&](double L) { return matrices * L * d_model * hidden_width(c) * 2; };
-    if (c.arch == Arch::decoder_only)  // one stack over source and answer, L = S + T
-        return c.dec_layers * (attention(S + T, S + T) + ffn(S + T)) + 2 * T * d_model * c.vocab;
-    return c.enc_layers * (attention(S, S) + ffn(S)) + c.dec_layers * (attention(T, T) + attention(T, S) + ffn(T)) +
-           2 * T * d_model * c.vocab;
+    Transformer model(c, 1);
+    // S source rows, T answer rows; without an encoder the decoder reads source and answer as one sequence.
+    const double S = d.seq_len, T = d.seq_len, L = has_encoder(c.arch) ? T : S + T, d_k = c.d_model / c.n_heads;
+    double flops = 2 * T * c.d_model * c.vocab;  // logits (T, vocab) = h (T, d_model) W_out, tied or not
+    for (auto& [name, p] : model.parameters()) {  // the blocks' weights W_q .. W_o, W_1 .. W_3 (not biases, norms)
+        const std::string tensor = name.substr(name.rfind('.') + 1);  // "W_q", "W_1", "b_1", "gamma", "table"
+        if (tensor.rfind("W_", 0) != 0) continue;
+        const bool encoder = name.rfind("encoder.", 0) == 0, cross = name.find(".cross_attn.") != std::string::npos;
+        const double Lq = encoder ? S : cross ? T : L;  // the rows of the block's queries, W_o and feed-forward
+        const double Lk = encoder ? S : cross ? S : L;  // the rows its keys and values read (cross: the memory's)
+        flops += 2 * (tensor == "W_k" || tensor == "W_v" ? Lk : Lq) * p->value.rows * p->value.cols;
+        if (tensor == "W_q") flops += c.n_heads * 2 * (2 * Lq * Lk * d_k);  // every head's Q K^T and P V, once a layer
+    }
+    return flops;
 }
 inline std::string threads_text() {  // "1 thread", "2 threads": the pool's count (--threads)
     return fmt("%d thread%s", threads.count(), threads.count() == 1 ? "" : "s");

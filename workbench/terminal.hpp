@@ -95,7 +95,7 @@ inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::v
     std::vector<std::string> src = token_names(source, model.config), dec = token_names(dec_in, model.config),
                              out = token_names(output, model.config);
     std::vector<AttentionMap> maps;
-    if (model.config.arch == Arch::decoder_only) {  // one sequence: the source, START and the output so far
+    if (!has_encoder(model.config.arch)) {  // one sequence: the source, START and the output so far
         std::vector<std::string> whole = src, next(src.begin() + 1, src.end());  // each row predicts the next token
         whole.insert(whole.end(), dec.begin(), dec.end());
         next.insert(next.end(), dec.begin(), dec.end());
@@ -124,7 +124,7 @@ inline void print_positions(Transformer& model, bool numbers) {
     std::printf("--- positional encoding (%s) ---\n", POSITION_NAMES[int(model.config.positions)].c_str());
     const ModelConfig& c = model.config;
     const int d_k = c.d_model / c.n_heads;
-    if (c.positions == Positions::rope) {  // the turns' cosines: the sinusoidal table's clocks, per head
+    if (turns_queries_and_keys(c.positions)) {  // the turns' cosines: the sinusoidal table's clocks, per head
         Matrix turns(c.max_len, d_k / 2);
         for (int pos = 0; pos < turns.rows; pos++)
             for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = std::cos(rotary_angle(pos, i, d_k));
@@ -135,7 +135,7 @@ inline void print_positions(Transformer& model, bool numbers) {
                       numbers);
         return;
     }
-    if (c.positions == Positions::alibi) {
+    if (lowers_scores_by_distance(c.positions)) {
         std::printf("alibi: nothing is added to the embeddings; self-attention lowers head h's score of query i "
                     "for key j by m_h |i - j|. The slopes:");
         std::vector<double> slopes = alibi_slopes_of(c.n_heads);

@@ -68,7 +68,7 @@ struct Lab {
     std::string describe() const {
         const ModelConfig& c = model->config;
         return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"size\":%s,"
-                   "\"blocks\":%s}", state->updates, last, options.train.batch, parameter_count(c),
+                   "\"blocks\":%s}", state->updates, last, options.train.batch, parameter_count(*model),
                    json_text(size_text(c, options.data)).c_str(), json_list(block_names(), json_text).c_str());
     }
     std::vector<std::string> block_names() const {
