@@ -7,6 +7,7 @@
 #pragma once
 
 #include "files.hpp"
+#include "settings.hpp"  // version_for asks uses_todays_blocks; the one check of the settings
 
 // What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the training
 // settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file. The format is plain

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "beam.hpp"
+#include "settings.hpp"  // the one check of the settings
 #include "text.hpp"
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The

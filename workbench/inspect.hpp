@@ -4,6 +4,7 @@
 #pragma once
 
 #include "evaluate.hpp"
+#include "settings.hpp"  // norm_before_sublayer
 #include "terminal.hpp"
 
 // The model's own tensors by name (Transformer::parameters(), the checkpoint's names), which --trace-shapes and

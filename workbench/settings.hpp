@@ -1,0 +1,77 @@
+// workbench/settings.hpp -- what the program asks of a model's settings that the model itself never asks: where
+// the norm goes (for --trace-shapes' legend), which choices are today's blocks (the checkpoint's version), and
+// the one check of the settings taken together, which the flags, the checkpoint reader and the page call. Each
+// question is a switch that names every value, so a new value of an enum is asked it by the compiler; the
+// questions the blocks ask too live in model.hpp, beside ModelConfig. Tests: settings_test.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "../model.hpp"
+
+// Whether a sublayer reads LN(x) (pre-norm) or x itself, its sum then normalised (post-norm).
+inline bool norm_before_sublayer(NormPlace place) {
+    switch (place) {
+    case NormPlace::pre: return true;
+    case NormPlace::post: return false;
+    }
+    return true;  // not reached
+}
+// Whether a choice is one of today's blocks (the opening of this file lists them), which the 2017 paper's model and
+// the exercises' variants do not have: a checkpoint names them from version 6 on.
+inline bool is_todays(NormPlace place) {
+    switch (place) {
+    case NormPlace::pre: case NormPlace::post: return false;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Positions positions) {
+    switch (positions) {
+    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random: return false;
+    case Positions::rope: case Positions::alibi: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Activation activation) {
+    switch (activation) {
+    case Activation::relu: case Activation::gelu: return false;
+    case Activation::swiglu: return true;
+    }
+    return false;  // not reached
+}
+inline bool is_todays(Arch arch) {
+    switch (arch) {
+    case Arch::encoder_decoder: return false;
+    case Arch::decoder_only: return true;
+    }
+    return false;  // not reached
+}
+inline bool uses_todays_blocks(const ModelConfig& c) {  // RMSNorm and grouped-query attention are switches of their own
+    return c.rms_norm || c.key_value_heads() != c.n_heads || is_todays(c.norm_place) || is_todays(c.positions) ||
+           is_todays(c.activation) || is_todays(c.arch);
+}
+
+// The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each
+// range alone is checked where the value is read). `settings` names the settings that disagree, as ModelConfig and
+// a checkpoint's header spell them; each caller says them in its own words (the flags, or the header's lines).
+struct SettingsProblem {
+    std::vector<std::string> settings;  // empty: no problem
+    std::string why;                    // what is wrong and how to fix it, after the settings are named
+};
+inline SettingsProblem settings_problem(const ModelConfig& c) {
+    const int d_k = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
+    if (c.n_heads <= 0 || c.d_model % c.n_heads != 0)  // every head takes d_k = d_model / n_heads columns
+        return {{"n_heads", "d_model"}, "d_model must be a multiple of the number of heads"};
+    if (c.n_heads % c.key_value_heads() != 0)
+        return {{"kv_heads", "n_heads"}, "each key-value head serves the same number of query heads, so it must "
+                                         "divide the heads"};
+    if (turns_queries_and_keys(c.positions) && d_k % 2 != 0)
+        return {{"positions", "d_model", "n_heads"},
+                "rotary positions turn each head's columns in pairs, and d_k = d_model / n_heads = " +
+                    std::to_string(c.d_model) + " / " + std::to_string(c.n_heads) + " = " + std::to_string(d_k) +
+                    " is odd; choose an even d_k"};
+    if ((c.enc_layers > 0) != has_encoder(c.arch))
+        return {{"enc_layers", "arch"}, "a decoder-only model has none, an encoder-decoder at least 1"};
+    return {};
+}
