@@ -140,8 +140,10 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
 // A loaded model that trains no further: its held-out score.
 inline void score_loaded(Transformer& model, const Dataset& data, History& history, bool print) {
     Accuracy a = evaluate(model, data.held_out, history.decoding);
-    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n",
-                                       100 * a.exact, a.exact_count, a.total, 100 * a.token)
+    std::string cut = a.total < a.asked ? fmt(" (both on the first %d held-out sequences %s)", a.total,
+                                              cut_short_text(a).c_str()) : "";
+    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%%s\n",
+                                       100 * a.exact, a.exact_count, a.total, 100 * a.token, cut.c_str())
                                  : "held-out: n/a (this model's data settings allow no held-out set)\n";
     if (print) std::printf("%s", history.final_line.c_str());
 }
@@ -226,10 +228,12 @@ inline int run(Options o) {
         return 0;
     }
     std::string loaded = o.load_path.empty() ? "" : loaded_text(o, state);
+    const bool trains = o.load_path.empty() || o.train.steps > 0;
+    if (!trains) enter_phase(Phase::after_training);  // a loaded model, scored from here on: a signal cuts it short
     std::printf("%s", loaded.c_str());
     History history;
     history.decoding = o.decode;
-    if (o.load_path.empty() || o.train.steps > 0) {
+    if (trains) {
         check_held_out(o, data);
         history = train_run(o, data, model, state, origin);
     } else if (!sort_asked || !o.report_path.empty()) {
@@ -241,8 +245,8 @@ inline int run(Options o) {
     show_after_training(o, model, data, example, sort_asked);
     write_outputs(o, model, data, state, origin, example, sort_asked, history);
     if (evaluation_stopped())
-        std::printf("(%s came after training: the figures marked as cut short are partial)\n",
-                    signal_text(stop_signal).c_str());
+        std::printf("(%s came %s: the figures marked as cut short are partial)\n", signal_text(stop_signal).c_str(),
+                    trains ? "after training" : "as the loaded model was scored");
     return stopped_status();  // 0, or 128 + the signal's number, as a shell reports a run a signal cut short
 }
 

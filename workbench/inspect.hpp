@@ -251,8 +251,10 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
         std::printf("\n--- inspect: n/a: this model's data settings allow no held-out set ---\n");
         return;
     }
-    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
-                100 * evaluate(model, held_out).exact);
+    Accuracy all = evaluate(model, held_out);
+    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%%s) ---\n",
+                100 * all.exact,
+                all.total < all.asked ? fmt(", %d %s", all.total, cut_short_text(all).c_str()).c_str() : "");
     if (!weights_note(model.config).empty()) std::printf("%s\n", weights_note(model.config).c_str());
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++) {
