@@ -116,10 +116,15 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         double loss = train_step(model, data, o.train, state, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
-        record_loss(history, loss, step, o.train.lr);
+        record_loss(o, history, loss, step);  // a loss that is not finite ends the run here, before this step's save
         const bool stopping = training_stopped(), ending = stopping || step == last;
         const bool saving = !o.save_path.empty() && (ending || (o.save_every > 0 && step % o.save_every == 0));
-        if (saving) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);  // before the evaluation
+        if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold
+            std::string what = unstorable(model);
+            if (!what.empty()) diverged(o, history, step, "after its update, " + what);
+            save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
+            history.saved_at = step;
+        }
         history.checkpoint_kept = saving && ending;  // below: a signal during it cannot lose the model
         if (ending) enter_phase(Phase::after_training);  // a signal now cuts the evaluation under way short
         if (step % o.eval_every == 0 || ending) print_evaluation(model, data, step, history);

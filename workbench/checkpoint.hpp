@@ -1,20 +1,15 @@
-// workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state
-// in one plain-text file.
-//
-// Sections: the settings' lines (one table for the header and one for the training section, which writing and
-// reading both walk); writing; reading, every value checked with files.hpp's WordReader (a corrupt file is one
-// line naming its line number, never a crash).
+// workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state in one plain-text
+// file. Sections: the settings' lines (one table for the header and one for the training section, which writing and
+// reading both walk); writing; reading, every value checked with files.hpp's WordReader (a corrupt file is one line
+// naming its line number, never a crash).
 #pragma once
 
 #include "files.hpp"
 
 // What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the training
-// settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file. The format is plain
-// text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The sinusoidal table is computed,
-// not stored. Version 2 adds a training section after the tensors, so --load FILE --steps N goes on where the run
-// stopped (version 1 files still load). Version 3 adds the regularisers' lines (header and training), which it wrote
-// only when one was on; version 4 writes every line and adds the seed; version 5, the one written now, adds the steps
-// the run was planned for (--finish). A setting's first version is in its row below.
+// settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file, in plain text
+// (docs/checkpoints.md shows a whole file, and what each version added); "%.17g" reads back to the same bits, and the
+// sinusoidal table is computed, not stored. A setting's first version is in its row below.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
@@ -164,9 +159,8 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     const int version = version_for(model.config);
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
-    s.planned_steps = origin.planned_steps;
-    s.draws = state.batch_draws.state, s.position_draws = model.position_draws.state;
-    s.dropout_draws = model.dropout_draws.state;
+    s.planned_steps = origin.planned_steps, s.draws = state.batch_draws.state;
+    s.position_draws = model.position_draws.state, s.dropout_draws = model.dropout_draws.state;
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
     std::fprintf(f, "sorter-checkpoint %d\n", version);
@@ -190,16 +184,20 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     }
     std::fprintf(f, "end\n");
 }
-inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
-                            const TrainState& state, const Origin& origin) {  // --save FILE
-    // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
-    // written unreadable.
+// What a checkpoint could not hold ("tensor 'out.b' holds nan or inf"), or "". --load rejects nan, inf and values
+// beyond MAX_STORED, so a diverged model is refused rather than written unreadable.
+inline std::string unstorable(Transformer& model) {
     for (auto& [name, p] : model.parameters())
         for (double v : p->value.data)
             if (!std::isfinite(v) || std::fabs(v) > MAX_STORED)
-                fail("--save " + path + ": tensor '" + name + "' holds " +
-                     (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf") +
-                     " (training diverged); not saved");
+                return "tensor '" + name + "' holds " +
+                       (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf");
+    return "";
+}
+inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
+                            const TrainState& state, const Origin& origin) {  // --save FILE
+    std::string what = unstorable(model);
+    if (!what.empty()) fail("--save " + path + ": " + what + " (training diverged); not saved");
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, origin); });
 }
 

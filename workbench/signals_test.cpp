@@ -156,7 +156,8 @@ TEST_CASE("signals: a loaded model's scoring, --inspect and --test-len are cut s
     REQUIRE(run_error({"--steps", "5", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--enc-layers", "2",
                        "--dec-layers", "2", "--save", m}).empty());
     const std::vector<std::pair<int, std::string>> plan = {  // the signal, and the line it comes after
-        {SIGTERM, "seed 1, 5 updates made"}, {SIGINT, "--- inspect: held-out"}, {SIGHUP, "--- held-out exact-match by"}};
+        {SIGTERM, "seed 1, 5 updates made"}, {SIGINT, "--- inspect: held-out"},
+        {SIGHUP, "--- held-out exact-match by"}};
     for (const auto& [sig, after] : plan) {
         INFO("signal ", sig, " after '", after, "'");
         std::string name = std::to_string(sig), report = dir.file("r" + name + ".html"), log = dir.file("log" + name);
