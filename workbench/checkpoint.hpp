@@ -31,6 +31,7 @@ struct Settings {
     long seed = -1, planned_steps = -1;                         // Origin's: -1 unknown, written "unknown"
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
+    int version = 0;                                            // the file's, as it is read
 };
 template <typename S, typename T> auto& member(S& s, T Settings::*m) { return s.*m; }
 // One line, "name value": a new setting is one row of a table below, which writing and reading both walk.
@@ -63,10 +64,18 @@ template <typename C> SettingRow number_setting(const char* name, int version, d
     return {name, version, [=](const Settings& s) { return fmt("%.17g", member(s, m)); },
             [=](Settings& s, WordReader& r) { member(s, m) = r.number(name, lo, hi); }};
 }
+// A choice whose values from later.first on came in version later.second, which an older file may not name.
 template <typename C, typename E>
-SettingRow choice_setting(const char* name, int version, const std::vector<std::string>& names, E C::*m) {
+SettingRow choice_setting(const char* name, int version, const std::vector<std::string>& names, E C::*m,
+                          std::pair<E, int> later = {}) {
     return {name, version, [=](const Settings& s) { return names[int(member(s, m))]; },
-            [=](Settings& s, WordReader& r) { member(s, m) = E(r.choice(name, names)); }};
+            [=](Settings& s, WordReader& r) {
+                E value = member(s, m) = E(r.choice(name, names));
+                if (value >= later.first && s.version < later.second)
+                    r.error(fmt("%s %s came in version %d, and this file says version %d (a model that uses it is "
+                                "saved as version %d)", name, names[int(value)].c_str(), later.second, s.version,
+                                later.second));
+            }};
 }
 
 // The header, after the format's version line; read_header then checks the values that must agree.
@@ -81,8 +90,8 @@ inline const std::vector<SettingRow>& header_table() {
         whole_setting("enc_layers", 1, 0, MAX_LAYERS, &M::enc_layers),  // 0: decoder-only (version 6)
         whole_setting("dec_layers", 1, 1, MAX_LAYERS, &M::dec_layers),
         choice_setting("norm", 1, NORM_NAMES, &M::norm),
-        choice_setting("positions", 1, POSITION_NAMES, &M::positions),
-        choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation),
+        choice_setting("positions", 1, POSITION_NAMES, &M::positions, {Positions::rope, 6}),  // rope, alibi: 6
+        choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation, {Activation::swiglu, 6}),
         whole_setting("embed_scale", 1, 0, 1, &M::embed_scale),
         whole_setting("tie_embeddings", 3, 0, 1, &M::tie_embeddings),
         number_setting("dropout", 3, 0, MAX_FRACTION, &M::dropout),
@@ -133,6 +142,7 @@ inline void write_settings(FILE* f, const std::vector<SettingRow>& table, const 
         if (row.version <= version) std::fprintf(f, "%s %s\n", row.name.c_str(), row.text(s).c_str());
 }
 inline void read_settings(WordReader& r, const std::vector<SettingRow>& table, Settings& s, int version) {
+    s.version = version;
     for (const SettingRow& row : table)
         if (row.version <= version) row.read(s, r);
 }
@@ -384,15 +394,4 @@ inline Transformer load_checkpoint(const std::string& path, DataConfig& d, Train
                                    Origin& origin) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
     return read_checkpoint(in, "--load " + path, d, t, state, origin);
-}
-
-// --finish: the steps a loaded run had left, from the plan its checkpoint keeps.
-inline long steps_left(const std::string& path, const Origin& origin, long updates) {
-    if (origin.planned_steps < 0)
-        fail("--finish: " + path + " does not say how many steps its run planned (it comes from a checkpoint older "
-             "than version 5); give --steps N to train N steps more");
-    if (origin.planned_steps == updates)
-        fail(fmt("--finish: the run in %s made all %ld of its planned steps; to train it further, give --steps N",
-                 path.c_str(), updates));
-    return origin.planned_steps - updates;
 }
