@@ -202,8 +202,9 @@ check-web: sorter sorter.html
 	@command -v node >/dev/null || { echo "make check-web needs node (Debian: sudo apt-get install nodejs)"; exit 1; }
 	@docs/check-web
 
-# fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each).
-SIGNAL_RUNS ?= 40 10 10 10
+# fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each), then of each of
+# SIGINT, SIGTERM and SIGHUP at a loaded model that trains no further (about 2 s each).
+SIGNAL_RUNS ?= 40 10 10 10 10
 signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 

@@ -116,10 +116,15 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         double loss = train_step(model, data, o.train, state, last);
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
-        record_loss(history, loss, step, o.train.lr);
+        record_loss(o, history, loss, step);  // a loss that is not finite ends the run here, before this step's save
         const bool stopping = training_stopped(), ending = stopping || step == last;
         const bool saving = !o.save_path.empty() && (ending || (o.save_every > 0 && step % o.save_every == 0));
-        if (saving) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);  // before the evaluation
+        if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold
+            std::string what = unstorable(model);
+            if (!what.empty()) diverged(o, history, step, "after its update, " + what);
+            save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
+            history.saved_at = step;
+        }
         history.checkpoint_kept = saving && ending;  // below: a signal during it cannot lose the model
         if (ending) enter_phase(Phase::after_training);  // a signal now cuts the evaluation under way short
         if (step % o.eval_every == 0 || ending) print_evaluation(model, data, step, history);
@@ -140,8 +145,10 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
 // A loaded model that trains no further: its held-out score.
 inline void score_loaded(Transformer& model, const Dataset& data, History& history, bool print) {
     Accuracy a = evaluate(model, data.held_out, history.decoding);
-    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%\n",
-                                       100 * a.exact, a.exact_count, a.total, 100 * a.token)
+    std::string cut = a.total < a.asked ? fmt(" (both on the first %d held-out sequences %s)", a.total,
+                                              cut_short_text(a).c_str()) : "";
+    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%%s\n",
+                                       100 * a.exact, a.exact_count, a.total, 100 * a.token, cut.c_str())
                                  : "held-out: n/a (this model's data settings allow no held-out set)\n";
     if (print) std::printf("%s", history.final_line.c_str());
 }
@@ -226,10 +233,12 @@ inline int run(Options o) {
         return 0;
     }
     std::string loaded = o.load_path.empty() ? "" : loaded_text(o, state);
+    const bool trains = o.load_path.empty() || o.train.steps > 0;
+    if (!trains) enter_phase(Phase::after_training);  // a loaded model, scored from here on: a signal cuts it short
     std::printf("%s", loaded.c_str());
     History history;
     history.decoding = o.decode;
-    if (o.load_path.empty() || o.train.steps > 0) {
+    if (trains) {
         check_held_out(o, data);
         history = train_run(o, data, model, state, origin);
     } else if (!sort_asked || !o.report_path.empty()) {
@@ -241,8 +250,8 @@ inline int run(Options o) {
     show_after_training(o, model, data, example, sort_asked);
     write_outputs(o, model, data, state, origin, example, sort_asked, history);
     if (evaluation_stopped())
-        std::printf("(%s came after training: the figures marked as cut short are partial)\n",
-                    signal_text(stop_signal).c_str());
+        std::printf("(%s came %s: the figures marked as cut short are partial)\n", signal_text(stop_signal).c_str(),
+                    trains ? "after training" : "as the loaded model was scored");
     return stopped_status();  // 0, or 128 + the signal's number, as a shell reports a run a signal cut short
 }
 

@@ -211,8 +211,8 @@ inline void relu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
 }
 
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// GELU (--act gelu, an exercise's activation), and erf written out for it rather than std::erf: maths libraries round erf
-// differently (glibc's ARM64 build and its x86-64 build differ in the last bit), and one seed must give the
+// GELU (--act gelu, an exercise's activation), and erf written out for it rather than std::erf: maths libraries
+// round erf differently (glibc's ARM64 build and its x86-64 build differ in the last bit), and one seed must give the
 // same bits on every machine. Within 4 ulps of the true value (tests.cpp), and no slower than std::erf
 // (docs/performance.md).
 //

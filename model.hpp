@@ -642,7 +642,8 @@ struct SwiGLU {
     }
     Matrix backward(const Matrix& dy) {
         Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act), act = multiply(gate, partner)
-        Matrix d_gate(hidden.rows, hidden.cols), d_partner(hidden.rows, hidden.cols), d_hidden(hidden.rows, hidden.cols);
+        const int n = hidden.rows, d_h = hidden.cols;
+        Matrix d_gate(n, d_h), d_partner(n, d_h), d_hidden(n, d_h);
         multiply_backward(d_act, silu(hidden), partner, d_gate, d_partner);
         silu_backward(d_gate, hidden, d_hidden);  // forward: gate = silu(hidden)
         Matrix dx = W_1.backward(d_hidden);       // forward: hidden = W_1.forward(x)
@@ -1161,7 +1162,9 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
     Matrix memory_mask, self_mask;  // cross-attention's (n_seq, S), or decoder-only's self-attention's (n_seq, keys)
     switch (model.config.arch) {
     case Arch::encoder_decoder: memory_mask = padding_mask(1, cache.sources); break;
-    case Arch::decoder_only: self_mask = causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1); break;
+    case Arch::decoder_only:
+        self_mask = causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1);
+        break;
     }
     for (std::size_t i = 0; i < model.decoder.size(); i++)
         y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -17,8 +18,8 @@
 // every worker awake, claims the next part no one has taken, runs it, and claims again until none is left, so the
 // caller never waits on a worker that has not woken: it runs that part itself. Part k is the same work whoever runs
 // it (matrix.hpp's parallel_for gives part k its range), so the bits do not depend on who ran what. Between rounds a
-// worker waits awake (yielding its core) for SPINS yields, as the next product of a step comes sooner than that,
-// then sleeps until the next round.
+// worker that has served one waits awake (yielding its core) for up to SPIN, as the next product of a step comes
+// sooner than that, then sleeps until the next round; a new worker sleeps at once, and a stop ends the wait.
 class Threads {
   public:
     int count() const { return int(workers.size()) + 1; }  // the calling thread and its workers
@@ -47,14 +48,16 @@ class Threads {
         }
         wake.notify_all();
         run_parts(round);
-        for (int spin = 0; done < parts && spin < SPINS; spin++) std::this_thread::yield();  // the others end soon
+        wait_awake([&] { return done < parts; });  // the others end soon
         std::unique_lock<std::mutex> hold(lock);
         finished.wait(hold, [&] { return done == parts; });
         if (std::exception_ptr error = std::exchange(part_error, nullptr)) std::rethrow_exception(error);
     }
 
   private:
-    static constexpr int SPINS = 2000;  // yields a thread waits awake before it sleeps (about 1 ms, measured here)
+    // How long a thread waits awake before it sleeps: a time, not a count of yields (2000 took about 1 ms here),
+    // since on a busy machine one yield can last a whole time slice of another process.
+    static constexpr std::chrono::microseconds SPIN{1000};
     static constexpr std::int64_t ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
     std::vector<std::thread> workers;
     std::mutex lock;
@@ -62,7 +65,7 @@ class Threads {
     const std::function<void(int)>* current = nullptr;
     std::atomic<std::int64_t> round{0}, next{0};  // 64 bits everywhere: round * ROUND must not overflow
     std::atomic<int> parts{0}, done{0};  // this round's parts, and how many have ended
-    bool quit = false;
+    std::atomic<bool> quit{false};  // read by a worker waiting awake, outside the lock
     std::exception_ptr part_error;  // the first exception a part threw this round
     static inline thread_local bool inside = false;  // this thread is running a job
 
@@ -90,9 +93,13 @@ class Threads {
             claim = next.load(std::memory_order_acquire);
         }
     }
+    template <class Waiting> static void wait_awake(Waiting waiting) {  // yields while waiting(), for SPIN at most
+        const auto until = std::chrono::steady_clock::now() + SPIN;
+        while (waiting() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
     void serve(std::int64_t seen) {  // seen: the round before this worker's first
-        for (;;) {
-            for (int spin = 0; round == seen && spin < SPINS; spin++) std::this_thread::yield();
+        for (bool served = false;; served = true) {
+            if (served) wait_awake([&] { return round == seen && !quit; });
             {
                 std::unique_lock<std::mutex> hold(lock);
                 wake.wait(hold, [&] { return round != seen || quit; });

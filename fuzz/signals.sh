@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# fuzz/signals.sh [INT TERM HUP KILL]: signals sent at random moments of real runs of ./sorter, and every
-# output checked afterwards (make signals runs it; the defaults are 40, 10, 10 and 10 runs).
+# fuzz/signals.sh [INT TERM HUP KILL LOADED]: signals sent at random moments of real runs of ./sorter, and every
+# output checked afterwards (make signals runs it; the defaults are 40, 10, 10, 10 and 10 runs).
 #
 # INT, TERM, HUP: a run that trains, evaluates, scores --test-len and writes a checkpoint, a report and three
 # pictures gets the signal at a moment drawn evenly over its whole length. Afterwards:
 #   - a run that printed its table's head (so training began) leaves a checkpoint that loads and trains on;
 #   - the report and each picture are whole (they end as such a file ends) or absent;
 #   - no temporary file (NAME.tmp-PID) is left.
+# LOADED: SIGINT, SIGTERM and SIGHUP, LOADED runs each, at a random moment of one phase of a run that loads a model
+# and trains no further (--inspect, --test-len, a report and pictures): its held-out score, --inspect, --test-len or
+# the report, each in turn. A run that printed its "loaded" line is after training: it must exit with 128 + the
+# signal having written a whole report, which says it was cut short when a figure before it was.
 # KILL: a --save-every 50 run of 2,000 steps (dropout, Adam, the linear schedule) is killed outright at a moment
 # drawn over its training, then finished with --finish; its checkpoint must equal the uninterrupted run's, byte
 # for byte. (SIGKILL cannot be caught: a save under way leaves its temporary, which is removed first.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-INT=${1:-40} TERM_RUNS=${2:-10} HUP=${3:-10} KILL_RUNS=${4:-10}
+INT=${1:-40} TERM_RUNS=${2:-10} HUP=${3:-10} KILL_RUNS=${4:-10} LOADED=${5:-10}
 BIN=$PWD/sorter
 WORK=$(mktemp -d /tmp/sorter-signals-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -68,6 +72,54 @@ for plan in "INT $INT" "TERM $TERM_RUNS" "HUP $HUP"; do
   echo "SIG$1, $2 runs, stopped in:"
   echo "$phases"
 done
+
+# A smaller model than RUN's, so that a loaded run takes about 3 s here: a signal at a random moment of one phase of
+# it (once the line the phase starts with is in the log, within about as long as the phase lasts here), then every
+# output checked.
+LRUN=(--d-model 32 --heads 4 --d-ff 128 --enc-layers 2 --dec-layers 2 --test-len 12)
+PHASE_STARTS=("^loaded " "^--- inspect" "^--- held-out exact-match by input length" "^--- the loaded model")
+PHASE_SPANS=(0.08 2.0 0.15 0.08)
+loaded_run() {
+  local sig=$1 n=$2 dir="$WORK/loaded-$1-$2" phase
+  mkdir -p "$dir/svg"
+  "$BIN" --load "$WORK/small.txt" --inspect --test-len 12 --report "$dir/r.html" --svg "$dir/svg" >"$dir/log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1000); do grep -q "${PHASE_STARTS[$(((n - 1) % 4))]}" "$dir/log" && break; sleep 0.01; done
+  sleep "$(moment "${PHASE_SPANS[$(((n - 1) % 4))]}")"
+  kill -s "$sig" "$pid" 2>/dev/null
+  wait "$pid"
+  local status=$? cut=""
+  grep -q "cut .* short" "$dir/log" && cut=yes
+  if grep -q "^held-out: .*cut the evaluation short" "$dir/log"; then phase="the held-out score"
+  elif grep -q "cut --inspect short\|^--- inspect.*cut the evaluation short\|head . off:.*cut the evaluation short" "$dir/log"; then phase="--inspect"
+  elif grep -q "^  length .*\(not scored\|cut the evaluation short\)" "$dir/log"; then phase="--test-len"
+  elif grep -qs "cut the decoding short" "$dir/r.html"; then phase="the report's decoding"
+  elif [ "$status" -eq 0 ]; then phase="none: the run had ended"
+  elif grep -q "^loaded " "$dir/log"; then phase="writing the outputs"
+  else phase="loading the model"; fi
+  if grep -q "^loaded " "$dir/log" && [ "$status" -ne 0 ]; then
+    [ "$status" -eq $((128 + $(kill -l "$sig"))) ] || fail "loaded, $sig ($phase): exit status $status"
+    grep -q "^($(sed 's/INT/Ctrl-C/; s/^\(TERM\|HUP\)$/SIG&/' <<< "$sig") came as the loaded model was scored" "$dir/log" ||
+      fail "loaded, $sig ($phase): no line saying where the signal came"
+    [ -f "$dir/r.html" ] || fail "loaded, $sig ($phase): no report"
+    [ -z "$cut" ] || grep -qs "cut the \(evaluation\|decoding\) short" "$dir/r.html" ||
+      fail "loaded, $sig ($phase): the report does not say it was cut short"
+  fi
+  [ ! -e "$dir/r.html" ] || [ "$(tail -n 1 "$dir/r.html")" = "</html>" ] || fail "loaded, $sig ($phase): a partial report"
+  for svg in "$dir"/svg/*.svg; do
+    [ ! -e "$svg" ] || [ "$(tail -n 1 "$svg")" = "</svg>" ] || fail "loaded, $sig ($phase): a partial $(basename "$svg")"
+  done
+  if ls "$dir" "$dir/svg" | grep -q '\.tmp-'; then fail "loaded, $sig ($phase): a temporary file was left"; fi
+  echo "$phase"
+}
+if [ "$LOADED" -gt 0 ]; then
+  "$BIN" --steps 300 "${LRUN[@]}" --save "$WORK/small.txt" >/dev/null 2>&1 || fail "the model to load was not trained"
+  for sig in INT TERM HUP; do
+    phases=$(for n in $(seq "$LOADED"); do loaded_run "$sig" "$n"; done | sort | uniq -c | sed 's/^ */  /')
+    echo "SIG$sig at a loaded model (--load, no training), $LOADED runs, stopped in:"
+    echo "$phases"
+  done
+fi
 
 if [ "$KILL_RUNS" -gt 0 ]; then
   KRUN=(--steps 2000 --dropout 0.1 --optimizer adam --eval-every 1000000)

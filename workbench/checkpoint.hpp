@@ -1,21 +1,18 @@
-// workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state
-// in one plain-text file.
-//
-// Sections: the settings' lines (one table for the header and one for the training section, which writing and
-// reading both walk); writing; reading, every value checked with files.hpp's WordReader (a corrupt file is one
-// line naming its line number, never a crash).
+// workbench/checkpoint.hpp -- --save and --load: a model, its data settings and its training state in one plain-text
+// file. Sections: the settings' lines (one table for the header and one for the training section, which writing and
+// reading both walk); writing; reading, every value checked with files.hpp's WordReader (a corrupt file is one line
+// naming its line number, never a crash).
 #pragma once
 
 #include "files.hpp"
 #include "settings.hpp"  // version_for asks uses_todays_blocks; the one check of the settings
 
+constexpr int TODAYS_VERSION = 6;  // the version that brought today's blocks (settings.hpp's is_todays)
+
 // What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the training
-// settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file. The format is plain
-// text (docs/checkpoints.md shows a whole file); "%.17g" reads back to the same bits. The sinusoidal table is computed,
-// not stored. Version 2 adds a training section after the tensors, so --load FILE --steps N goes on where the run
-// stopped (version 1 files still load). Version 3 adds the regularisers' lines (header and training), which it wrote
-// only when one was on; version 4 writes every line and adds the seed; version 5, the one written now, adds the steps
-// the run was planned for (--finish). A setting's first version is in its row below.
+// settings (not --steps), where training stands (train.hpp's TrainState) and the --train-data file, in plain text
+// (docs/checkpoints.md shows a whole file, and what each version added); "%.17g" reads back to the same bits, and the
+// sinusoidal table is computed, not stored. A setting's first version is in its row below.
 
 // Every value a checkpoint holds is at most MAX_STORED in size: far beyond any trained model's (a run stops
 // when its loss is no longer finite), and small enough that the square of one never overflows.
@@ -37,6 +34,7 @@ struct Settings {
     long seed = -1, planned_steps = -1;                         // Origin's: -1 unknown, written "unknown"
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
+    int version = 0;                                            // the file's, as it is read
 };
 template <typename S, typename T> auto& member(S& s, T Settings::*m) { return s.*m; }
 // One line, "name value": a new setting is one row of a table below, which writing and reading both walk.
@@ -69,10 +67,24 @@ template <typename C> SettingRow number_setting(const char* name, int version, d
     return {name, version, [=](const Settings& s) { return fmt("%.17g", member(s, m)); },
             [=](Settings& s, WordReader& r) { member(s, m) = r.number(name, lo, hi); }};
 }
+// A choice, its value written as its name.
 template <typename C, typename E>
 SettingRow choice_setting(const char* name, int version, const std::vector<std::string>& names, E C::*m) {
     return {name, version, [=](const Settings& s) { return names[int(member(s, m))]; },
             [=](Settings& s, WordReader& r) { member(s, m) = E(r.choice(name, names)); }};
+}
+// A choice of the model's, whose values that are today's blocks (is_todays, settings.hpp) came in TODAYS_VERSION:
+// an older file may not name them.
+template <typename E> SettingRow model_choice_setting(const char* name, int version, const std::vector<std::string>&
+                                                      names, E ModelConfig::*m) {
+    return {name, version, [=](const Settings& s) { return names[int(s.model.*m)]; },
+            [=](Settings& s, WordReader& r) {
+                E value = s.model.*m = E(r.choice(name, names));
+                if (is_todays(value) && s.version < TODAYS_VERSION)
+                    r.error(fmt("%s %s came in version %d, and this file says version %d (a model that uses it is "
+                                "saved as version %d)", name, names[int(value)].c_str(), TODAYS_VERSION, s.version,
+                                TODAYS_VERSION));
+            }};
 }
 
 // The header, after the format's version line; read_header then checks the values that must agree.
@@ -86,15 +98,15 @@ inline const std::vector<SettingRow>& header_table() {
         whole_setting("d_ff", 1, 1, MAX_D_FF, &M::d_ff),
         whole_setting("enc_layers", 1, 0, MAX_LAYERS, &M::enc_layers),  // 0: decoder-only (version 6)
         whole_setting("dec_layers", 1, 1, MAX_LAYERS, &M::dec_layers),
-        choice_setting("norm", 1, NORM_PLACE_NAMES, &M::norm_place),
-        choice_setting("positions", 1, POSITION_NAMES, &M::positions),
-        choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation),
+        model_choice_setting("norm", 1, NORM_PLACE_NAMES, &M::norm_place),
+        model_choice_setting("positions", 1, POSITION_NAMES, &M::positions),  // rope, alibi: TODAYS_VERSION
+        model_choice_setting("activation", 1, ACTIVATION_NAMES, &M::activation),  // swiglu: TODAYS_VERSION
         whole_setting("embed_scale", 1, 0, 1, &M::embed_scale),
         whole_setting("tie_embeddings", 3, 0, 1, &M::tie_embeddings),
         number_setting("dropout", 3, 0, MAX_FRACTION, &M::dropout),
         number_setting("attn_dropout", 3, 0, MAX_FRACTION, &M::attn_dropout),
         whole_setting("rms_norm", 6, 0, 1, &M::rms_norm),
-        choice_setting("arch", 6, ARCH_NAMES, &M::arch),
+        model_choice_setting("arch", 6, ARCH_NAMES, &M::arch),
         {"kv_heads", 6, [](const Settings& s) { return std::to_string(s.model.key_value_heads()); },
          [](Settings& s, WordReader& r) {  // n_heads is read: as many is multi-head attention, kept as 0
              s.model.kv_heads = int(r.whole("kv_heads", 1, MAX_HEADS));
@@ -139,6 +151,7 @@ inline void write_settings(FILE* f, const std::vector<SettingRow>& table, const 
         if (row.version <= version) std::fprintf(f, "%s %s\n", row.name.c_str(), row.text(s).c_str());
 }
 inline void read_settings(WordReader& r, const std::vector<SettingRow>& table, Settings& s, int version) {
+    s.version = version;
     for (const SettingRow& row : table)
         if (row.version <= version) row.read(s, r);
 }
@@ -155,15 +168,14 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 // version 5, the same bytes as before today's blocks came; a model that uses one of them, as version 6, whose
 // header adds their lines (rms_norm, arch, kv_heads) and whose choices may name rope, alibi or swiglu.
 constexpr int CHECKPOINT_VERSION = 6;
-inline int version_for(const ModelConfig& c) { return uses_todays_blocks(c) ? 6 : 5; }
+inline int version_for(const ModelConfig& c) { return uses_todays_blocks(c) ? TODAYS_VERSION : 5; }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
     const int version = version_for(model.config);
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
-    s.planned_steps = origin.planned_steps;
-    s.draws = state.batch_draws.state, s.position_draws = model.position_draws.state;
-    s.dropout_draws = model.dropout_draws.state;
+    s.planned_steps = origin.planned_steps, s.draws = state.batch_draws.state;
+    s.position_draws = model.position_draws.state, s.dropout_draws = model.dropout_draws.state;
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
     std::fprintf(f, "sorter-checkpoint %d\n", version);
@@ -187,16 +199,20 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     }
     std::fprintf(f, "end\n");
 }
-inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
-                            const TrainState& state, const Origin& origin) {  // --save FILE
-    // --load rejects nan, inf and values beyond MAX_STORED, so a diverged model is refused here rather than
-    // written unreadable.
+// What a checkpoint could not hold ("tensor 'out.b' holds nan or inf"), or "". --load rejects nan, inf and values
+// beyond MAX_STORED, so a diverged model is refused rather than written unreadable.
+inline std::string unstorable(Transformer& model) {
     for (auto& [name, p] : model.parameters())
         for (double v : p->value.data)
             if (!std::isfinite(v) || std::fabs(v) > MAX_STORED)
-                fail("--save " + path + ": tensor '" + name + "' holds " +
-                     (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf") +
-                     " (training diverged); not saved");
+                return "tensor '" + name + "' holds " +
+                       (std::isfinite(v) ? fmt("a value beyond %g", MAX_STORED) : "nan or inf");
+    return "";
+}
+inline void save_checkpoint(const std::string& path, Transformer& model, const DataConfig& d, const TrainConfig& t,
+                            const TrainState& state, const Origin& origin) {  // --save FILE
+    std::string what = unstorable(model);
+    if (!what.empty()) fail("--save " + path + ": " + what + " (training diverged); not saved");
     write_atomically(path, "--save", [&](FILE* f) { write_checkpoint(f, model, d, t, state, origin); });
 }
 
@@ -379,15 +395,4 @@ inline Transformer load_checkpoint(const std::string& path, DataConfig& d, Train
                                    Origin& origin) {  // --load FILE
     std::ifstream in = open_input(path, "--load " + path);
     return read_checkpoint(in, "--load " + path, d, t, state, origin);
-}
-
-// --finish: the steps a loaded run had left, from the plan its checkpoint keeps.
-inline long steps_left(const std::string& path, const Origin& origin, long updates) {
-    if (origin.planned_steps < 0)
-        fail("--finish: " + path + " does not say how many steps its run planned (it comes from a checkpoint older "
-             "than version 5); give --steps N to train N steps more");
-    if (origin.planned_steps == updates)
-        fail(fmt("--finish: the run in %s made all %ld of its planned steps; to train it further, give --steps N",
-                 path.c_str(), updates));
-    return origin.planned_steps - updates;
 }

@@ -93,7 +93,33 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
                        "positions rope with d_model 8, n_heads 8: rotary positions turn each head's columns in pairs, "
                        "and d_k = d_model / n_heads = 8 / 8 = 1 is odd"));
         CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 6", "sorter-checkpoint 5")),
-                       "expected 'task', found 'rms_norm'"));  // a version 5 file has no such line
+                       "line 10: positions rope came in version 6, and this file says version 5"));
+    }
+}
+
+// A choice's values, as the settings' rows, are read only from the version that brought them: rope, alibi and swiglu
+// came in version 6, so an older file may not name them. Before, a version 5 file saying "positions rope" loaded as
+// a rotary model.
+TEST_CASE("checkpoint: a file older than version 6 may not name rope, alibi or swiglu") {
+    const std::vector<std::pair<std::string, std::string>> todays = {
+        {"positions", "rope"}, {"positions", "alibi"}, {"activation", "swiglu"}};
+    for (const auto& [key, value] : todays) {
+        ModelConfig c;
+        DataConfig d;
+        small_trained_model(c, d);
+        if (key == "positions") c.positions = value == "rope" ? Positions::rope : Positions::alibi;
+        else c.activation = Activation::swiglu;
+        Transformer model(c, 3);
+        const std::string text = checkpoint_text(model, Kept{d});
+        REQUIRE(text.rfind("sorter-checkpoint 6\n", 0) == 0);
+        CHECK(load_error(text) == "");
+        for (int version : {5, 4, 2}) {
+            INFO(key, " ", value, ", version ", version);
+            CHECK(load_error(as_version(text, version)) ==
+                  fmt("--load model.txt line %d: %s %s came in version 6, and this file says version %d (a model that "
+                      "uses it is saved as version 6)", key == "positions" ? 10 : 11, key.c_str(), value.c_str(),
+                      version));
+        }
     }
 }
 

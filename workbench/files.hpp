@@ -188,6 +188,16 @@ inline void check_train_data(const std::string& load_path, const std::string& tr
         fail("--load " + load_path + ": this model trained on " + trained_on + "; give the file again (--load " +
              load_path + " --train-data FILE), so that training and scoring use the held-out set it had");
 }
+// --finish: the steps a loaded run had left, from the plan its checkpoint keeps.
+inline long steps_left(const std::string& path, const Origin& origin, long updates) {
+    if (origin.planned_steps < 0)
+        fail("--finish: " + path + " does not say how many steps its run planned (it comes from a checkpoint older "
+             "than version 5); give --steps N to train N steps more");
+    if (origin.planned_steps == updates)
+        fail(fmt("--finish: the run in %s made all %ld of its planned steps; to train it further, give --steps N",
+                 path.c_str(), updates));
+    return origin.planned_steps - updates;
+}
 // ---------------------------------------------------------------------------------------------
 // Output files
 // ---------------------------------------------------------------------------------------------

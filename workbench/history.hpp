@@ -34,6 +34,7 @@ struct History {
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
     long interrupted_at = 0;       // the step after which a signal stopped training, or 0
     bool checkpoint_kept = false;  // --save was written as training ended, before the final evaluation
+    long saved_at = 0;             // the step of the last checkpoint training wrote, or 0
     DecodeConfig decoding;         // how the watched inputs and every evaluation are decoded (--beam)
     // With --report: the size of each block's gradient at every step (gradient_norms[step - first_step][block]).
     std::vector<std::string> blocks;  // "embed", "encoder.0", ..., "final_norm", "out"
@@ -173,12 +174,18 @@ inline void record_gradient_norms(Transformer& model, History& h) {
     h.gradient_norms.push_back(norms);
 }
 
-// A step's loss, kept; a loss that is not finite stops the run: the logits were already nan or inf, so
-// the weights are too.
-inline void record_loss(History& history, double loss, long step, double lr) {
-    if (!std::isfinite(loss))
-        fail(fmt("training diverged at step %ld (loss %s); try a smaller --lr than %g. Nothing was saved or drawn",
-                 step, std::isnan(loss) ? "nan" : "inf", lr));
+// Training diverged at `step` (`why`: "loss nan"): the run ends, saying what its --save file holds, the checkpoint
+// --save-every wrote last (every save waits for its step's loss to be finite) or nothing of this run.
+[[noreturn]] inline void diverged(const Options& o, const History& history, long step, const std::string& why) {
+    fail(fmt("training diverged at step %ld (%s); try a smaller --lr than %g. ", step, why.c_str(), o.train.lr) +
+         (history.saved_at ? fmt("%s holds the checkpoint of step %ld (--save-every %ld), the last before the loss "
+                                 "went wrong; nothing else was saved or drawn", o.save_path.c_str(),
+                                 history.saved_at, o.save_every)
+                           : "Nothing was saved or drawn"));
+}
+// A step's loss, kept; one that is not finite ends the run.
+inline void record_loss(const Options& o, History& history, double loss, long step) {
+    if (!std::isfinite(loss)) diverged(o, history, step, std::isnan(loss) ? "loss nan" : "loss inf");
     history.losses.push_back(loss);
     history.recent_loss += loss;
     history.recent_steps++;

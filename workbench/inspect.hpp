@@ -1,15 +1,13 @@
-// workbench/inspect.hpp -- looking inside a model: the shape of every tensor (--trace-shapes), the
-// parameter counts (--params), what a trained model relies on (--inspect), and how it does at every
-// input length (--test-len).
+// workbench/inspect.hpp -- looking inside a model: the shape of every tensor (--trace-shapes), the parameter counts
+// (--params), what a trained model relies on (--inspect), and how it does at every input length (--test-len).
 #pragma once
 
 #include "evaluate.hpp"
-#include "settings.hpp"  // norm_before_sublayer
+#include "settings.hpp"
 #include "terminal.hpp"
 
 // The model's own tensors by name (Transformer::parameters(), the checkpoint's names), which --trace-shapes and
-// --params read: every weight's shape, and whether a block has a tensor at all, come from the built model. A name the
-// model does not have reads as (0, 0).
+// --params read: each weight's shape, and whether a block has it, come from the built model; else (0, 0).
 struct Tensors {
     ParamList list;
     explicit Tensors(Transformer& model) : list(model.parameters()) {}
@@ -299,8 +297,10 @@ inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
         std::printf("\n--- inspect: n/a: this model's data settings allow no held-out set ---\n");
         return;
     }
-    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%) ---\n",
-                100 * evaluate(model, held_out).exact);
+    Accuracy all = evaluate(model, held_out);
+    std::string cut = all.total < all.asked ? fmt(", %d %s", all.total, cut_short_text(all).c_str()) : "";
+    std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%%s) ---\n",
+                100 * all.exact, cut.c_str());
     if (!weights_note(model.config).empty()) std::printf("%s\n", weights_note(model.config).c_str());
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++) {

@@ -58,13 +58,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                 "file that model trained on, whose fingerprint its checkpoint keeps", true, &O::train_data_path))}},
         {"Training", "./sorter --steps 3000 --batch 16 --optimizer adam --schedule warmup --warmup 200", false, {
             whole_flag("--steps", "training steps; 0 trains nothing; with --load, that many more from where the "
-                       "checkpoint stopped; Ctrl-C (or kill, or a closed terminal) stops after the current step and writes what "
-                       "was asked for", 0,
-                       MAX_STEPS, false, &R::steps),
+                       "checkpoint stopped; Ctrl-C (or kill, or a closed terminal) stops after the current step and "
+                       "writes what was asked for", 0, MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
             {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s)", MAX_LR, default_lr_text().c_str()),
-             true,
-             [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
+             true, [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
              [](const O& o) { return fmt("--lr %g", o.train.lr); }},
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
                         &R::optimizer),
@@ -93,9 +91,14 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "Sennrich 2019)", true, true, &M::rms_norm),
             {"--llama", "", "a Llama-style recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope, "
              "and --kv-heads half of --heads (all of them when --heads is odd); --dec-layers still sets the blocks "
-             "(default 1); flags after it change any of these. The biases stay (Llama has none), and the rotary base "
-             "is 10000 (Llama 2's; Llama 3's is 500000)", true,
-             [](O& o, Args&) {
+             "(default 1); those five flags after it change the recipe, and before it are refused. The biases stay "
+             "(Llama has none), and the rotary base is 10000 (Llama 2's; Llama 3's is 500000)", true,
+             [](O& o, Args& a) {
+                 for (int k = 1; k < a.i; k++)  // the recipe would override it unseen
+                     for (std::string set : {"--arch", "--rmsnorm", "--act", "--pos", "--kv-heads"})
+                         if (a.argv[k] == set)
+                             fail(set + " comes before --llama, which sets it too: give " + set + " after --llama to "
+                                  "change the recipe");
                  o.model.arch = Arch::decoder_only, o.model.rms_norm = true, o.model.activation = Activation::swiglu;
                  o.model.positions = Positions::rope, o.llama = true;
              },
@@ -181,8 +184,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
-             "same, bit for bit, for any N (default: the cores available; at most %ld)",
-             MAX_THREADS), false,
+             "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
              [](O& o, Args& a) { o.threads = int(a.whole(1, MAX_THREADS)); },
              [](const O& o) { return o.threads == 0 ? "" : fmt("--threads %d", o.threads); }},
             switch_flag("--help", "this text", false, true, &O::help)}},
@@ -250,8 +252,7 @@ inline Options parse_options(int argc, char** argv) {
     auto was_given = [&](const std::string& name) {
         return std::any_of(given.begin(), given.end(), [&](const Flag* f) { return f->name == name; });
     };
-    if (!was_given("--min-len"))
-        d.min_len = d.seq_len;  // fixed length unless asked otherwise
+    if (!was_given("--min-len")) d.min_len = d.seq_len;  // fixed length unless asked otherwise
     if (d.min_len > d.seq_len)
         fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
     if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads = m.n_heads / 2;
@@ -262,8 +263,7 @@ inline Options parse_options(int argc, char** argv) {
         named += (k == 0 ? "" : k == 1 ? " with " : ", ") + as_flag(o, problem.settings[k]);
     if (!problem.settings.empty()) fail(named + ": " + problem.why);
     if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
-    if (!was_given("--lr"))
-        o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
+    if (!was_given("--lr")) o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
                  "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));

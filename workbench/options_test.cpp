@@ -249,3 +249,26 @@ TEST_CASE("flags: valid values parse, and the vocabulary follows --max-digit") {
     CHECK(o.data.min_len == 8);
 }
 
+
+// --llama sets five settings, and one rule holds for all of them: a flag after it changes the recipe, and one of
+// those flags before it is refused, since the recipe would override it unseen. Before, --pos learned --llama trained
+// rotary positions without a word, while --kv-heads 1 --heads 4 --llama kept its one key-value head.
+TEST_CASE("--llama: the flags it sets change the recipe after it, and are refused before it") {
+    Options o;
+    REQUIRE(parse_error({"--heads", "4", "--llama"}, &o) == "");
+    CHECK((o.model.arch == Arch::decoder_only && o.model.rms_norm && o.model.activation == Activation::swiglu &&
+           o.model.positions == Positions::rope && o.model.key_value_heads() == 2));
+    REQUIRE(parse_error({"--llama", "--pos", "learned", "--kv-heads", "1", "--act", "gelu", "--heads", "4"}, &o) == "");
+    CHECK((o.model.positions == Positions::learned && o.model.key_value_heads() == 1 &&
+           o.model.activation == Activation::gelu && o.model.rms_norm));
+    const std::vector<std::vector<std::string>> before = {
+        {"--pos", "learned"}, {"--kv-heads", "1"}, {"--act", "relu"}, {"--rmsnorm"}, {"--arch", "encoder-decoder"}};
+    for (std::vector<std::string> args : before) {
+        const std::string flag = args[0];
+        args.insert(args.begin(), {"--heads", "4"});
+        args.push_back("--llama");
+        CHECK(parse_error(args) ==
+              flag + " comes before --llama, which sets it too: give " + flag + " after --llama to change the recipe");
+    }
+    CHECK(parse_error({"--norm", "post", "--heads", "4", "--dec-layers", "2", "--llama"}) == "");  // not its settings
+}

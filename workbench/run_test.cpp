@@ -78,6 +78,40 @@ TEST_CASE("training stops at the step it diverges, and writes nothing") {
     CHECK(dir.listing().empty());
 }
 
+// With --save-every, a diverging run may have saved before its loss went wrong: the message says which step the --save
+// file holds. A save comes only after its step's loss is known to be finite, and only of weights a checkpoint can
+// hold. Before, the run said "Nothing was saved" over the checkpoint of step 10 (or, at --save-every 1, only that
+// the model of step 11 was not saved).
+TEST_CASE("a diverging run with --save-every says which checkpoint it left") {
+    TempDir dir("diverge-every");
+    const std::string m = dir.file("m.txt");
+    const std::vector<std::pair<long, std::string>> plan = {  // --save-every, then the step the file must hold
+        {5, "10"}, {6, "6"}, {1, "10"}, {1000, "none"}};
+    for (const auto& [every, kept] : plan) {
+        INFO("--save-every ", every);
+        std::ofstream(m) << "old\n";
+        std::string error =
+            run_error({"--steps", "400", "--lr", "10", "--save-every", std::to_string(every), "--save", m});
+        CHECK(contains(error, "try a smaller --lr than 10. "));
+        if (every == 1) {  // step 11's loss is finite, but its update leaves weights no checkpoint may hold
+            CHECK(contains(error, "training diverged at step 11 (after its update, tensor 'embed.table' holds a "
+                                  "value beyond 1e+100)"));
+        } else {  // step 12's loss is nan: the save of step 12 (--save-every 6) is not written
+            CHECK(contains(error, "training diverged at step 12 (loss nan)"));
+        }
+        if (kept == "none") {
+            CHECK(contains(error, "Nothing was saved or drawn"));
+            CHECK(read_all(m) == "old\n");
+        } else {
+            CHECK(contains(error, m + " holds the checkpoint of step " + kept + " (--save-every " +
+                                  std::to_string(every) + "), the last before the loss went wrong; nothing else was "
+                                  "saved or drawn"));
+            CHECK(contains(read_all(m), "\nupdates " + kept + "\n"));
+        }
+    }
+    CHECK(dir.listing() == std::vector<std::string>{"m.txt"});
+}
+
 TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
     History h;
     h.losses = {2.0, 1.0, std::numeric_limits<double>::infinity(), std::nan("")};

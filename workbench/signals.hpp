@@ -8,7 +8,8 @@
 //   training          the loop stops after the current step; the checkpoint (--save) is written at once, and the
 //                     run then scores the model and writes everything asked for, as of that step.
 //   after training    (the final evaluation, --test-len, --inspect, the pictures and the report; the checkpoint
-//                     is already written) the evaluation or decoding under way stops after its current chunk,
+//                     is already written; a model loaded with --load that trains no further is here from its
+//                     held-out score on) the evaluation or decoding under way stops after its current chunk,
 //                     and the outputs are written from what is known, saying where it was cut short.
 // A second signal, in any phase, and SIGQUIT end the program at once; the temporary file of a write under way
 // goes first, so a file is written whole or not at all. A run stopped by a signal exits with 128 + its number

@@ -65,6 +65,7 @@ TEST_CASE("signals: HUP, QUIT, TERM and INT during a write leave no temporary fi
             rlimit no_core{0, 0};
             setrlimit(RLIMIT_CORE, &no_core);  // SIGQUIT's default action would dump core
             install_signal_handlers();
+            enter_phase(Phase::before_training);  // as run() starts: not the phase an earlier test's run ended in
             std::ofstream(tmp) << "half a checkpoint";
             std::snprintf(pending_tmp, sizeof pending_tmp, "%s", tmp.c_str());
             raise(sig);
@@ -144,6 +145,40 @@ TEST_CASE("signals: a Ctrl-C after training cuts the evaluation short and keeps 
     CHECK(whole_page(report));
     CHECK(contains(read_all(report), "Ctrl-C cut the decoding short"));
     CHECK(dir.listing() == std::vector<std::string>{"log", "m.txt", "r.html"});
+}
+
+// A loaded model that trains no further is after training from the moment it starts scoring: a signal during its
+// held-out score, --inspect or --test-len cuts that short, and the report is written from what is known, saying
+// where it was cut. Before, such a run never left "before training", and the signal ended it with no report.
+TEST_CASE("signals: a loaded model's scoring, --inspect and --test-len are cut short as after training") {
+    TempDir dir("sigloaded");
+    std::string m = dir.file("m.txt");
+    REQUIRE(run_error({"--steps", "5", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--enc-layers", "2",
+                       "--dec-layers", "2", "--save", m}).empty());
+    const std::vector<std::pair<int, std::string>> plan = {  // the signal, and the line it comes after
+        {SIGTERM, "seed 1, 5 updates made"}, {SIGINT, "--- inspect: held-out"},
+        {SIGHUP, "--- held-out exact-match by"}};
+    for (const auto& [sig, after] : plan) {
+        INFO("signal ", sig, " after '", after, "'");
+        std::string name = std::to_string(sig), report = dir.file("r" + name + ".html"), log = dir.file("log" + name);
+        pid_t pid = start_run({"--load", m, "--inspect", "--test-len", "12", "--report", report}, log);
+        REQUIRE(wait_for_text(pid, log, after, 600, 5));
+        kill(pid, sig);
+        CHECK(exit_status(pid) == 128 + sig);
+        std::string out = read_all(log), page = read_all(report);
+        CHECK(whole_page(report));
+        CHECK(contains(page, signal_text(sig) + " cut the decoding short"));
+        CHECK(contains(out, "(" + signal_text(sig) + " came as the loaded model was scored: the figures marked as cut "
+                            "short are partial)\n"));
+        if (sig == SIGTERM) {
+            CHECK(contains(out, " held-out sequences of 1000: SIGTERM cut the evaluation short)\n"));
+            CHECK(contains(page, " held-out sequences of 1000: SIGTERM cut the evaluation short)"));
+        }
+        if (sig == SIGINT) CHECK(contains(out, "(Ctrl-C cut --inspect short here)"));
+        if (sig == SIGHUP) CHECK(contains(out, "not scored (SIGHUP cut the evaluation short)"));
+    }
+    CHECK(dir.listing() == std::vector<std::string>{"log1", "log15", "log2", "m.txt", "r1.html", "r15.html",
+                                                    "r2.html"});
 }
 
 // The cut itself, without a real signal: after training, a stop ends an evaluation after its first chunk, and

@@ -110,7 +110,7 @@ struct Lab {
             if (!std::isfinite(loss))
                 diverged = fmt("training diverged at step %ld (the loss is not a number): press Reset, with a smaller "
                                "lr than %g", state->updates, options.train.lr);
-            else record_loss(history, loss, state->updates, options.train.lr);
+            else record_loss(options, history, loss, state->updates);
             losses.push_back(loss);
         }
         if (!losses.empty()) record_gradient_norms(*model, history);
