@@ -1,15 +1,16 @@
 // main.cpp -- the sorter program, read top to bottom: what one run of ./sorter does, in order.
 //
-// The tutorial is matrix.hpp, model.hpp and train.hpp; the program's parts live in workbench/, one
-// header a concern, and this file calls them in the order a run needs them:
+// Read after the tutorial (matrix.hpp, model.hpp, train.hpp). The program's parts live in workbench/, one header a
+// concern, and this file calls them in the order a run needs them:
 //   1. the runs that do one thing and stop: --help, --bench, --speed, --demo
 //   2. the model, built from the flags or loaded with --load, and the run's one Dataset
-//   3. looking at the model without training: --params, --show-pe, --trace-shapes
-//   4. the training loop: train_step (train.hpp: draw, rate, zero, forward, loss, backward, update), a
+//   3. the training loop: train_step (train.hpp: draw, rate, zero, forward, loss, backward, update), a
 //      held-out evaluation every N steps, and the checkpoint every --save-every steps and as training ends
-//   5. what comes after training, in order: the --sort output, pictures, --inspect, --test-len,
-//      the checkpoint (unless training wrote it; first, so that a picture that fails cannot lose it), SVG, the report
-//   6. main(): a bad flag or file is one line on stderr and exit status 2
+//   4. the run: a look without training (--params, --show-pe, --trace-shapes), or training (or a loaded model's
+//      score), then what comes after it, in order: the --sort output, --inspect, --test-len, then the checkpoint
+//      (unless training wrote it; first, so that a picture that fails cannot lose it), SVG, the report
+//      (workbench/outputs.hpp)
+//   5. main(): a bad flag or file is one line on stderr and exit status 2
 //
 // Legend: T target length, S source length, d_model token width, n_heads heads,
 //         d_k = d_model / n_heads, d_ff feed-forward width, vocab the vocabulary size.
@@ -19,13 +20,10 @@
 #include "workbench/demos.hpp"       // --demo scale, softmax, gradcheck
 #include "workbench/files.hpp"       // --train-data, --sort, atomic writes, output paths
 #include "workbench/history.hpp"     // what a run prints and records as it goes
-#include "workbench/inspect.hpp"     // --trace-shapes, --params, --inspect, --test-len
 #include "workbench/options.hpp"     // the flags and --help
-#include "workbench/report.hpp"      // --report FILE
+#include "workbench/outputs.hpp"     // what a run shows and writes besides training
 #include "workbench/speed.hpp"       // --speed, --bench
 #include "workbench/step_dump.hpp"   // --dump-step
-#include "workbench/svg.hpp"         // --svg DIR
-#include "workbench/terminal.hpp"    // --show-attention, --show-pe, the loss curve
 
 // =============================================================================================
 // 1. The runs that do one thing and stop
@@ -79,25 +77,7 @@ inline void check_held_out(const Options& o, const Dataset& data) {
 }
 
 // =============================================================================================
-// 3. Looking at the model without training
-// =============================================================================================
-inline void look_without_training(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
-                                  const Example& example) {
-    if (o.params) print_params(model);
-    if (o.show_pe) {
-        if (o.params) std::printf("\n");  // a blank line between two pictures
-        print_positions(model, o.numbers);
-    }
-    if (o.trace_shapes) {
-        if (o.params || o.show_pe) std::printf("\n");
-        Rng batch_draws = state.batch_draws;  // a copy: the batch training would draw next
-        trace_shapes(model, data.draw_batch(batch_draws, o.train.batch));
-    }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr, o.decode);
-}
-
-// =============================================================================================
-// 4. The training loop
+// 3. The training loop
 // =============================================================================================
 // Train o.train.steps steps on from where `state` stands, printing the held-out accuracy as it goes and the
 // inputs it watches. Steps are numbered on from the updates already made, and the schedule sees the run as
@@ -142,71 +122,9 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
     return history;
 }
 
-// A loaded model that trains no further: its held-out score.
-inline void score_loaded(Transformer& model, const Dataset& data, History& history, bool print) {
-    Accuracy a = evaluate(model, data.held_out, history.decoding);
-    std::string cut = a.total < a.asked ? fmt(" (both on the first %d held-out sequences %s)", a.total,
-                                              cut_short_text(a).c_str()) : "";
-    history.final_line = a.total ? fmt("held-out: exact-match %.1f%% (%d/%d), token-accuracy %.1f%%%s\n",
-                                       100 * a.exact, a.exact_count, a.total, 100 * a.token, cut.c_str())
-                                 : "held-out: n/a (this model's data settings allow no held-out set)\n";
-    if (print) std::printf("%s", history.final_line.c_str());
-}
-
 // =============================================================================================
-// 5. After training
+// 4. The run, in order (its outputs: workbench/outputs.hpp)
 // =============================================================================================
-// The --sort digits' output (with a beam, every hypothesis), then --show-attention, --inspect and --test-len,
-// all on the same example.
-inline void show_after_training(const Options& o, Transformer& model, const Dataset& data, const Example& example,
-                                bool sort_asked) {
-    const ModelConfig& c = model.config;
-    std::vector<int> guess = decode_outputs(model, {example.source}, o.data.seq_len, o.decode)[0];
-    std::string input = digits_text(example.source, c), output = digits_text(guess, c);
-    if (sort_asked)
-        std::printf("\ninput  %s\noutput %s   (%s: %s%s)\n", input.c_str(), output.c_str(),
-                    TASK_NAMES[int(o.data.task)].c_str(), digits_text(example.target, c).c_str(),
-                    guess == example.target ? ", ok" : ", wrong");
-    if (sort_asked && o.decode.beam > 1) {
-        std::printf("beam search, beam %d, length penalty %g: the hypotheses, best score first\n", o.decode.beam,
-                    o.decode.length_penalty);
-        auto found = beam_search(model, {example.source}, o.data.seq_len, o.decode.beam, o.decode.length_penalty);
-        for (const Hypothesis& h : found[0]) {
-            double score = beam_score(h.log_prob, output_length(h.tokens), o.decode.length_penalty);
-            std::printf("  %s   log P %9s   score %9s\n", digits_text(h.tokens, c).c_str(),
-                        number_text(h.log_prob).c_str(), number_text(score).c_str());
-        }
-    }
-    if (o.show_attention) {
-        std::printf("\n--- attention for input %s, output %s ---\n", input.c_str(), output.c_str());
-        if (!weights_note(c).empty()) std::printf("%s\n", weights_note(c).c_str());
-        print_attention(attention_maps(model, example.source, guess), o.numbers);
-    }
-    if (o.inspect) inspect(model, data.held_out);
-    if (o.test_len > 0) length_report(model, data, o.test_len, o.decode);
-}
-
-// The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
-inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
-                          const Origin& origin, const Example& example, bool sort_asked, History& history) {
-    if (!o.save_path.empty()) {  // (written already when training ended: train_run)
-        if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
-        std::printf("saved %s%s\n", o.save_path.c_str(),
-                    history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
-    }
-    if (!o.svg_dir.empty())
-        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode);
-    if (!o.report_path.empty()) {  // on the first watched input, or the --sort digits
-        if (history.watched.empty()) history.watched = watched_examples(data);
-        if (history.predictions.empty()) show_examples("the loaded model", model, history);
-        std::vector<int> source =
-            !sort_asked && !history.watched.empty() ? history.watched.front().source : example.source;
-        std::string page = report_html(model, history, source, data.held_out);
-        write_atomically(o.report_path, "--report", [&](FILE* f) { std::fputs(page.c_str(), f); });
-        std::printf("wrote %s\n", o.report_path.c_str());
-    }
-}
-
 // Everything a command line asks for, in order; returns the exit status.
 inline int run(Options o) {
     with_signals_blocked([&] { threads.set_count(o.threads); });  // engine/threads.hpp; same bits on any count
@@ -256,7 +174,7 @@ inline int run(Options o) {
 }
 
 // =============================================================================================
-// 6. main()
+// 5. main()
 // =============================================================================================
 // The last word on the output: a full disk or a closed file shows only when the buffer is flushed,
 // so flush it and say so, rather than exit 0 with the output lost (./sorter > /dev/full).
