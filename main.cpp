@@ -127,7 +127,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
 // =============================================================================================
 // Everything a command line asks for, in order; returns the exit status.
 inline int run(Options o) {
-    with_signals_blocked([&] { threads.set_count(o.threads); });  // engine/threads.hpp; same bits on any count
+    with_signals_blocked([&] { threads.set_count(o.thread_count); });  // engine/threads.hpp; same bits on any count
     if (run_alone(o)) return 0;
     enter_phase(Phase::before_training);  // a signal ends the run at once: nothing learned yet
     check_output_paths(o);

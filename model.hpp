@@ -48,8 +48,8 @@ struct ModelConfig {
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
     bool rms_norm = false;        // RMSNorm in place of every LayerNorm (Llama's norm)
-    int kv_heads = 0;             // key-value heads, dividing n_heads (grouped-query attention); 0: n_heads
-    int key_value_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
+    int kv_heads_asked = 0;       // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
+    int key_value_heads() const { return kv_heads_asked > 0 ? kv_heads_asked : n_heads; }  // how many there are
     Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
 };
 // The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
@@ -276,7 +276,7 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
     return m;
 }
 
-struct AttentionCache {  // one head of one sequence
+struct SavedAttention {  // what one head of one sequence saved for its backward
     Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;        // the attention weights (T, S); row i says where query i looked
     Matrix D, keep;  // attention dropout only: D = dropout(P) (T, S), which meets V, and its factors
@@ -286,10 +286,10 @@ struct AttentionCache {  // one head of one sequence
 // is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-// Q, K and V are taken by value and moved into the cache, which backward reads: a caller's
+// Q, K and V are taken by value and moved into `saved`, which backward reads: a caller's
 // temporaries (multi-head attention's slices) are kept there without being copied.
-// Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V. The
-// cache keeps P as it was, so the maps show the weights before dropout.
+// Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V.
+// `saved` keeps P as it was, so the maps show the weights before dropout.
 // The scores (T, S) made weights P (T, S): ALiBi's penalty (alibi_slope above 0; its section, above), the mask,
 // the softmax. Query i is at position first_query + i (decoding's attention shares this).
 inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
@@ -301,17 +301,17 @@ inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
     return softmax_rows(scores);
 }
-inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, AttentionCache& cache, double p = 0.0,
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, SavedAttention& saved, double p = 0.0,
                         Rng* dropout_draws = nullptr, double alibi_slope = 0.0, int first_query = 0) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
     Matrix P = attention_weights(std::move(scores), mask, alibi_slope, first_query);  // (T, S)
-    cache = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix()};
-    if (dropout_draws && p > 0.0) cache.D = dropout(cache.P, p, dropout_draws, cache.keep);
-    return matmul_fast(cache.keep.empty() ? cache.P : cache.D, cache.V);  // (T, d_k)
+    saved = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix()};
+    if (dropout_draws && p > 0.0) saved.D = dropout(saved.P, p, dropout_draws, saved.keep);
+    return matmul_fast(saved.keep.empty() ? saved.P : saved.D, saved.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
-inline void attention_backward(const Matrix& dO, const AttentionCache& c, Matrix& dQ, Matrix& dK,
+inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix& dQ, Matrix& dK,
                                Matrix& dV) {
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
     // forward: O = P V, or with attention dropout O = D V, D = dropout(P)
@@ -392,7 +392,7 @@ struct MultiHeadAttention {
     bool rotary = false;                // --pos rope, self-attention: Q and K turned by position
     std::vector<double> alibi_slopes;   // --pos alibi, self-attention: head h's slope; else empty
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
-    std::vector<AttentionCache> heads;  // saved: sequence e's head h at [e * n_heads + h]; its P is the map
+    std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
@@ -422,7 +422,7 @@ struct MultiHeadAttention {
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
-        heads.assign(std::size_t(n_seq) * n_heads, AttentionCache{});
+        saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
         // Each sequence attends to its own rows, so sequences may run at once (--threads, matrix.hpp); under attention
         // dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
         const bool in_turn = dropout_draws && attn_dropout > 0.0;
@@ -431,7 +431,7 @@ struct MultiHeadAttention {
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, kv_col, d_k),
-                                       take_block(V, e * S, S, kv_col, d_k), mask_e, heads[e * n_heads + h],
+                                       take_block(V, e * S, S, kv_col, d_k), mask_e, saved[e * n_heads + h],
                                        attn_dropout, dropout_draws, alibi_slopes.empty() ? 0.0 : alibi_slopes[h]);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
@@ -442,7 +442,7 @@ struct MultiHeadAttention {
     // (n_seq S, d_model), caller-zeroed.
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
-        int n_seq = int(heads.size()) / n_heads, T = d_joined.rows / n_seq, S = heads[0].K.rows;
+        int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         int group = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
@@ -450,7 +450,7 @@ struct MultiHeadAttention {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
-                attention_backward(take_block(d_joined, e * T, T, col, d_k), heads[e * n_heads + h], dQ_h, dK_h, dV_h);
+                attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], dQ_h, dK_h, dV_h);
                 // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The group's
                 // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
@@ -793,7 +793,7 @@ struct DecoderBlock {
         self_attn.dropout_draws = cross_attn.dropout_draws = stream;
     }
 
-    // (Decoding runs this block a row at a time with its cache: decoder_block_next, at the end of the file.)
+    // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, at the end of the file.)
     Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
@@ -1068,7 +1068,7 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
     Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
     const int T = Q.rows / n_seq, S = K.rows / n_seq, d_k = m.d_k, group = m.n_heads / m.kv_heads;
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
-    m.heads.assign(std::size_t(n_seq) * m.n_heads, AttentionCache{});
+    m.saved.assign(std::size_t(n_seq) * m.n_heads, SavedAttention{});
     parallel_each(n_seq, attention_work(n_seq * m.n_heads, T, S, d_k), [&](int e) {
         Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
         for (int h = 0; h < m.n_heads; h++) {
@@ -1083,7 +1083,7 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
                     scores.at(i, j) = sum * inv_sqrt_dk;
                 }
             }
-            Matrix& P = m.heads[std::size_t(e) * m.n_heads + h].P;  // (T, S)
+            Matrix& P = m.saved[std::size_t(e) * m.n_heads + h].P;  // (T, S)
             P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
                                   first_query);
             for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, summed straight into

@@ -473,10 +473,10 @@ TEST_CASE("gradient: attention, no mask / causal mask / padding mask") {
         Matrix Q = random_matrix(v.T, d_k, rng), K = random_matrix(v.S, d_k, rng),
                V = random_matrix(v.S, d_k, rng);
         Matrix dQ(v.T, d_k), dK(v.S, d_k), dV(v.S, d_k);
-        AttentionCache cache;
+        SavedAttention saved;
         check_block(v.name, {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
-                    [&] { return attention(Q, K, V, v.mask, cache); },
-                    [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
+                    [&] { return attention(Q, K, V, v.mask, saved); },
+                    [&](const Matrix& G) { attention_backward(G, saved, dQ, dK, dV); });
     }
 }
 
@@ -485,25 +485,25 @@ TEST_CASE("gradient: attention, no mask / causal mask / padding mask") {
 TEST_CASE("causal mask: future positions get exactly zero weight, rows sum to 1") {
     Rng rng(23);
     const int T = 5;
-    AttentionCache cache;
+    SavedAttention saved;
     attention(random_matrix(T, 4, rng, -3, 3), random_matrix(T, 4, rng, -3, 3), random_matrix(T, 4, rng),
-              causal_mask(T), cache);
+              causal_mask(T), saved);
     int zeros = 0;
     for (int i = 0; i < T; i++) {
         double sum = 0.0;
         for (int j = 0; j < T; j++) {
-            sum += cache.P.at(i, j);
+            sum += saved.P.at(i, j);
             if (j > i) {
-                CHECK(cache.P.at(i, j) == 0.0);
+                CHECK(saved.P.at(i, j) == 0.0);
                 zeros++;
             } else {
-                CHECK(cache.P.at(i, j) > 0.0);
+                CHECK(saved.P.at(i, j) > 0.0);
             }
         }
         CHECK(std::fabs(sum - 1.0) <= 1e-12);
     }
     CHECK(zeros == T * (T - 1) / 2);
-    CHECK(cache.P.at(0, 0) == 1.0);  // the first query can only look at itself
+    CHECK(saved.P.at(0, 0) == 1.0);  // the first query can only look at itself
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -657,13 +657,13 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
 
     Matrix Q = random_matrix(4, 3, rng), K = random_matrix(5, 3, rng), V = random_matrix(5, 3, rng);
     Matrix dQ(4, 3), dK(5, 3), dV(5, 3);
-    AttentionCache cache;
+    SavedAttention saved;
     check_block("attention (weights dropout 0.3)", {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
                 [&] {
                     Rng d = start;
-                    return attention(Q, K, V, Matrix(), cache, 0.3, &d);
+                    return attention(Q, K, V, Matrix(), saved, 0.3, &d);
                 },
-                [&](const Matrix& G) { attention_backward(G, cache, dQ, dK, dV); });
+                [&](const Matrix& G) { attention_backward(G, saved, dQ, dK, dV); });
 
     Rng stream = start;  // the blocks' dropout stream, as Transformer::train hands them the model's
     for (NormPlace where : {NormPlace::pre, NormPlace::post}) {
@@ -695,7 +695,7 @@ TEST_CASE("gradient: dropout alone, on the attention weights, and in both blocks
                     },
                     [&](const Matrix& G) { dy = decoder.backward(G, d_memory); });
         CHECK(!decoder.ffn_sub.keep.empty());  // the masks were drawn
-        CHECK(!decoder.cross_attn.heads[0].keep.empty());
+        CHECK(!decoder.cross_attn.saved[0].keep.empty());
     }
 }
 
@@ -719,7 +719,7 @@ TEST_CASE("padding: PAD source positions get zero attention and zero gradient") 
 
     int zero_weights = 0;
     auto check_pad_columns = [&](MultiHeadAttention& m, int rows) {
-        for (const AttentionCache& head : m.heads) {
+        for (const SavedAttention& head : m.saved) {
             REQUIRE(head.P.rows == rows);
             REQUIRE(head.P.cols == S);
             for (int i = 0; i < rows; i++)
@@ -1073,13 +1073,13 @@ TEST_CASE("ALiBi: the paper's slopes, and scores lowered by distance") {
     CHECK(six == std::vector<double>{0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125});
     CHECK(alibi_slopes_of(1) == std::vector<double>{std::ldexp(1.0, -8)});
     Matrix Q(2, 2), K(3, 2), V = Matrix(3, 2, 1.0);  // zero scores: only the bias is left
-    AttentionCache cache;
-    attention(Q, K, V, Matrix(), cache, 0.0, nullptr, 0.5, 1);  // queries at positions 1 and 2
+    SavedAttention saved;
+    attention(Q, K, V, Matrix(), saved, 0.0, nullptr, 0.5, 1);  // queries at positions 1 and 2
     for (int i = 0; i < 2; i++) {
         double total = 0.0;
         for (int j = 0; j < 3; j++) total += std::exp(-0.5 * std::abs(1 + i - j));
         for (int j = 0; j < 3; j++)
-            CHECK(std::fabs(cache.P.at(i, j) - std::exp(-0.5 * std::abs(1 + i - j)) / total) < 1e-15);
+            CHECK(std::fabs(saved.P.at(i, j) - std::exp(-0.5 * std::abs(1 + i - j)) / total) < 1e-15);
     }
     Rng rng(85);
     for (bool causal : {false, true}) {
@@ -1088,8 +1088,8 @@ TEST_CASE("ALiBi: the paper's slopes, and scores lowered by distance") {
         Matrix mask = causal ? causal_mask(4) : Matrix();
         check_block(causal ? "attention (ALiBi, causal)" : "attention (ALiBi, two-sided)",
                     {tensor("Q", q, dq), tensor("K", k, dk), tensor("V", v, dv)},
-                    [&] { return attention(q, k, v, mask, cache, 0.0, nullptr, 0.25); },
-                    [&](const Matrix& G) { attention_backward(G, cache, dq, dk, dv); });
+                    [&] { return attention(q, k, v, mask, saved, 0.0, nullptr, 0.25); },
+                    [&](const Matrix& G) { attention_backward(G, saved, dq, dk, dv); });
     }
 }
 
@@ -1109,7 +1109,7 @@ TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positio
                              Variant{"MHA (GQA 4 on 2, rotary)", 2, Positions::rope}}) {
         ModelConfig c = small_config();
         c.n_heads = 4;  // d_k = 2
-        c.kv_heads = v.kv_heads;
+        c.kv_heads_asked = v.kv_heads;
         c.positions = v.positions;
         Rng rng(86);
         MultiHeadAttention mha(c, rng, true);
@@ -1122,7 +1122,7 @@ TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positio
     }
     ModelConfig c = small_config();  // cross-attention with shared K and V heads, two PAD keys
     c.n_heads = 4;
-    c.kv_heads = 2;
+    c.kv_heads_asked = 2;
     c.positions = Positions::rope;  // cross-attention takes none: its queries and keys stay as projected
     Rng rng(87);
     MultiHeadAttention mha(c, rng);
@@ -1158,7 +1158,7 @@ TEST_CASE("gradient: whole model, ALiBi") {
 }
 TEST_CASE("gradient: whole model, multi-query attention") {
     ModelConfig c = tiny_model(tiny_data());
-    c.kv_heads = 1;
+    c.kv_heads_asked = 1;
     check_model("model (multi-query)", c);
 }
 // Decoder-only: one causal stack over source, START and answer; the loss reads the answer's rows only, and the
@@ -1176,12 +1176,12 @@ TEST_CASE("gradient: whole model, decoder-only, with each position kind") {
 TEST_CASE("gradient: whole model, decoder-only with RMSNorm + SwiGLU + rotary + grouped-query (--llama)") {
     ModelConfig c = tiny_model(tiny_data());
     c.arch = Arch::decoder_only, c.enc_layers = 0, c.dec_layers = 2, c.max_len = positions_read(c, tiny_data().seq_len);
-    c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = Positions::rope;
+    c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = Positions::rope;
     check_model("model (llama)", c);
 }
 TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
     ModelConfig c = tiny_model(tiny_data());
-    c.n_heads = 4, c.kv_heads = 2, c.rms_norm = true, c.activation = Activation::swiglu;
+    c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu;
     c.positions = Positions::rope, c.norm_place = NormPlace::post, c.enc_layers = c.dec_layers = 2;
     check_model("model (today's blocks)", c);
 }
@@ -1248,12 +1248,12 @@ TEST_CASE("Dataset: the held-out set is distinct and never drawn for training") 
 TEST_CASE("greedy_decode: output length, START first, each position the same as one causal pass") {
     DataConfig d = tiny_data();
     std::vector<ModelConfig> configs(7, tiny_model(d));
-    configs[1].positions = Positions::rope, configs[2].positions = Positions::alibi, configs[3].kv_heads = 1;
+    configs[1].positions = Positions::rope, configs[2].positions = Positions::alibi, configs[3].kv_heads_asked = 1;
     for (int k = 4; k < 7; k++) {  // decoder-only: the cache holds the source's keys, then the answer's
         configs[k].arch = Arch::decoder_only, configs[k].enc_layers = 0;
         configs[k].max_len = positions_read(configs[k], d.seq_len);
     }
-    configs[5].positions = Positions::rope, configs[6].positions = Positions::alibi, configs[6].kv_heads = 1;
+    configs[5].positions = Positions::rope, configs[6].positions = Positions::alibi, configs[6].kv_heads_asked = 1;
     for (ModelConfig c : configs) {
     c.dec_layers = 2;
     Transformer model(c, 51);
@@ -1496,7 +1496,7 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
              t.optimizer = OptimizerKind::adam, t.lr = 0.003, t.clip = 1.0, t.weight_decay = 0.01;
          }},
         {"decoder-only, rotary, grouped-query, SwiGLU, RMSNorm", [](ModelConfig& m, DataConfig&, TrainConfig&) {
-             m.arch = Arch::decoder_only, m.enc_layers = 0, m.positions = Positions::rope, m.kv_heads = 2;
+             m.arch = Arch::decoder_only, m.enc_layers = 0, m.positions = Positions::rope, m.kv_heads_asked = 2;
              m.activation = Activation::swiglu, m.rms_norm = true;
          }},
         {"variable lengths, post-norm, GELU, ALiBi", [](ModelConfig& m, DataConfig& d, TrainConfig&) {

@@ -109,8 +109,8 @@ inline const std::vector<SettingRow>& header_table() {
         model_choice_setting("arch", 6, ARCH_NAMES, &M::arch),
         {"kv_heads", 6, [](const Settings& s) { return std::to_string(s.model.key_value_heads()); },
          [](Settings& s, WordReader& r) {  // n_heads is read: as many is multi-head attention, kept as 0
-             s.model.kv_heads = int(r.whole("kv_heads", 1, MAX_HEADS));
-             if (s.model.kv_heads == s.model.n_heads) s.model.kv_heads = 0;
+             s.model.kv_heads_asked = int(r.whole("kv_heads", 1, MAX_HEADS));
+             if (s.model.kv_heads_asked == s.model.n_heads) s.model.kv_heads_asked = 0;
          }},
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),

@@ -55,7 +55,7 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
         ModelConfig c;
         DataConfig d;
         small_trained_model(c, d);  // its sizes and data
-        c.kv_heads = 1, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = positions;
+        c.kv_heads_asked = 1, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = positions;
         if (positions == Positions::random)  // decoder-only, its position table twice as long (and 4 x for random)
             c.arch = Arch::decoder_only, c.enc_layers = 0, c.max_len = 4 * positions_read(c, d.seq_len);
         Transformer model(c, 3);
@@ -350,7 +350,7 @@ TEST_CASE("checkpoint: parameter_count, the model's own list, against two counts
     CHECK(parameter_count(first) == 176 + (64 + 1024 + 1072) + (96 + 2048 + 1072) + 32 + 187);  // 5771
     ModelConfig todays = paper;  // decoder-only, 2 blocks, RMSNorm, SwiGLU, 1 key-value head, learned, tied
     todays.arch = Arch::decoder_only, todays.enc_layers = 0, todays.dec_layers = 2, todays.rms_norm = true;
-    todays.activation = Activation::swiglu, todays.kv_heads = 1, todays.positions = Positions::learned;
+    todays.activation = Activation::swiglu, todays.kv_heads_asked = 1, todays.positions = Positions::learned;
     todays.tie_embeddings = true, todays.max_len = 10;
     Transformer second(todays, 1);
     // embed 11 x 16 + positions 10 x 16; a block: two RMSNorms (gamma) 2 x 16, W_q W_o 2 x 16 x 16, W_k W_v

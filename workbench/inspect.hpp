@@ -283,7 +283,7 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
                 emitted++;
                 for (int l = 0; l < layers; l++)
                     for (int h = 0; h < n_heads; h++) {
-                        const Matrix& P = model.decoder[l].cross_attn.heads[e * n_heads + h].P;  // (1, S)
+                        const Matrix& P = model.decoder[l].cross_attn.saved[e * n_heads + h].P;  // (1, S)
                         int strongest = int(std::max_element(P.data.begin(), P.data.end()) - P.data.begin());
                         hits[std::size_t(l) * n_heads + h] += sources[e][strongest] == chosen;
                     }

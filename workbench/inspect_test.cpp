@@ -63,7 +63,7 @@ TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
     CHECK(contains(text, "logits = LN(y) W_out + b_out                       (n_seq T, vocab)               (12, 7)"));
 
     ModelConfig c = small_model(d);
-    c.arch = Arch::decoder_only, c.enc_layers = 0, c.activation = Activation::swiglu, c.kv_heads = 1, c.max_len = 8;
+    c.arch = Arch::decoder_only, c.enc_layers = 0, c.activation = Activation::swiglu, c.kv_heads_asked = 1, c.max_len = 8;
     Transformer whole(c, 3);
     text = printed_by([&] { trace_shapes(whole, batch); });
     INFO(text);

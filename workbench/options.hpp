@@ -105,8 +105,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              [](const O&) { return std::string(); }},  // the variant line names what it set
             {"--kv-heads", "N", "grouped-query attention: N key-value heads, each shared by heads / N query heads; "
              "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
-             [](O& o, Args& a) { o.model.kv_heads = int(a.whole(1, MAX_HEADS)); },
-             [](const O& o) { return o.model.kv_heads == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads); }},
+             [](O& o, Args& a) { o.model.kv_heads_asked = int(a.whole(1, MAX_HEADS)); },
+             [](const O& o) { return o.model.kv_heads_asked == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads_asked); }},
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
@@ -185,8 +185,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
              "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
-             [](O& o, Args& a) { o.threads = int(a.whole(1, MAX_THREADS)); },
-             [](const O& o) { return o.threads == 0 ? "" : fmt("--threads %d", o.threads); }},
+             [](O& o, Args& a) { o.thread_count = int(a.whole(1, MAX_THREADS)); },
+             [](const O& o) { return o.thread_count == 0 ? "" : fmt("--threads %d", o.thread_count); }},
             switch_flag("--help", "this text", false, true, &O::help)}},
     };
     return table;
@@ -255,14 +255,14 @@ inline Options parse_options(int argc, char** argv) {
     if (!was_given("--min-len")) d.min_len = d.seq_len;  // fixed length unless asked otherwise
     if (d.min_len > d.seq_len)
         fail(fmt("--min-len %d: must be at most the sequence length %d (--seq-len)", d.min_len, d.seq_len));
-    if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads = m.n_heads / 2;
+    if (o.llama && !was_given("--kv-heads") && m.n_heads % 2 == 0) m.kv_heads_asked = m.n_heads / 2;
     if (!has_encoder(m.arch)) m.enc_layers = 0;  // (--enc-layers given is refused below)
     SettingsProblem problem = settings_problem(m);  // said with the flags: "--heads 3 with --d-model 16: ..."
     std::string named;
     for (std::size_t k = 0; k < problem.settings.size(); k++)
         named += (k == 0 ? "" : k == 1 ? " with " : ", ") + as_flag(o, problem.settings[k]);
     if (!problem.settings.empty()) fail(named + ": " + problem.why);
-    if (m.kv_heads == m.n_heads) m.kv_heads = 0;  // multi-head attention, as without the flag
+    if (m.kv_heads_asked == m.n_heads) m.kv_heads_asked = 0;  // multi-head attention, as without the flag
     if (!was_given("--lr")) o.train.lr = OPTIMIZERS[int(o.train.optimizer)].default_lr;
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
@@ -291,7 +291,7 @@ inline Options parse_options(int argc, char** argv) {
     if (!has_encoder(m.arch) && was_given("--enc-layers"))
         fail("--enc-layers with --arch " + ARCH_NAMES[int(m.arch)] + ": a decoder-only model has no encoder; "
              "--dec-layers N sets its blocks");
-    if (o.threads == 0) o.threads = std::min(cores_available(), int(MAX_THREADS));
+    if (o.thread_count == 0) o.thread_count = std::min(cores_available(), int(MAX_THREADS));
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);

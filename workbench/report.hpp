@@ -82,7 +82,7 @@ inline std::string replay_html(Transformer& model, const std::vector<int>& sourc
         for (std::size_t l = 0, r = 0; l < cross.size(); l++)
             for (int h = 0; h < shown; h++, r++)
                 for (int s = 0; s < cross_rows.cols; s++)
-                    cross_rows.at(int(r), s) = cross[l].attn->heads[h].P.at(first_row + t, s);
+                    cross_rows.at(int(r), s) = cross[l].attn->saved[h].P.at(first_row + t, s);
         std::vector<int> order(c.vocab);
         std::iota(order.begin(), order.end(), 0);
         std::partial_sort(order.begin(), order.begin() + 3, order.end(),

@@ -18,10 +18,10 @@ TEST_CASE("settings: one check, said by the flags, the checkpoint reader and the
     CHECK(heads.settings == Names{"n_heads", "d_model"});
     CHECK(heads.why == "d_model must be a multiple of the number of heads");
     CHECK(problem([](ModelConfig& c) { c.n_heads = 4; }).settings.empty());
-    SettingsProblem kv = problem([](ModelConfig& c) { c.n_heads = 4, c.kv_heads = 3; });
+    SettingsProblem kv = problem([](ModelConfig& c) { c.n_heads = 4, c.kv_heads_asked = 3; });
     CHECK(kv.settings == Names{"kv_heads", "n_heads"});
     CHECK(contains(kv.why, "so it must divide the heads"));
-    CHECK(problem([](ModelConfig& c) { c.n_heads = 4, c.kv_heads = 2; }).settings.empty());
+    CHECK(problem([](ModelConfig& c) { c.n_heads = 4, c.kv_heads_asked = 2; }).settings.empty());
     SettingsProblem rope = problem([](ModelConfig& c) { c.positions = Positions::rope, c.d_model = 6; });
     CHECK(rope.settings == Names{"positions", "d_model", "n_heads"});
     CHECK(contains(rope.why, "d_k = d_model / n_heads = 6 / 2 = 3 is odd; choose an even d_k"));

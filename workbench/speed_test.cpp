@@ -14,7 +14,7 @@ TEST_CASE("speed: the FLOPs of a forward pass, from the model's weights, against
     d.seq_len = d.min_len = 4;
     ModelConfig todays = paper;  // decoder-only over L = S + T = 8 rows, SwiGLU (d_h 21), 1 key-value head, tied
     todays.arch = Arch::decoder_only, todays.enc_layers = 0, todays.activation = Activation::swiglu;
-    todays.kv_heads = 1, todays.tie_embeddings = true;
+    todays.kv_heads_asked = 1, todays.tie_embeddings = true;
     // W_q, W_o 2 x 2 x 8 x 16 x 16 = 8192; W_k, W_v (16, 8) 2 x 2 x 8 x 16 x 8 = 4096; Q K^T, P V 2 x 2 x 2 x 8 x 8
     // x 8 = 4096; W_1, W_3, W_2 3 x 2 x 8 x 16 x 21 = 16128; the logits of the T = 4 answer rows, by the table
     // transposed, 2 x 4 x 16 x 11 = 1408

@@ -20,8 +20,8 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
         {"embed.source", model.source_keep}, {"embed.target", model.target_keep}, {"embed.whole", model.whole_keep}};
     auto heads = [](const MultiHeadAttention& attn) {
         std::vector<Matrix> keeps;
-        for (const AttentionCache& head : attn.heads) keeps.push_back(head.keep);
-        return attn.heads[0].keep.empty() ? Matrix() : stack_rows(keeps);
+        for (const SavedAttention& head : attn.saved) keeps.push_back(head.keep);
+        return attn.saved[0].keep.empty() ? Matrix() : stack_rows(keeps);
     };
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
         const EncoderBlock& b = model.encoder[i];

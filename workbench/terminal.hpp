@@ -102,12 +102,12 @@ inline std::vector<AttentionMap> attention_maps(Transformer& model, const std::v
         next.push_back(out.back());
         for (const AttentionLayer& l : attention_layers(model))
             for (int h = 0; h < l.attn->n_heads; h++)
-                maps.push_back({l.name, h, l.attn->heads[h].P, whole, whole, next});
+                maps.push_back({l.name, h, l.attn->saved[h].P, whole, whole, next});
         return maps;
     }
     for (const AttentionLayer& l : attention_layers(model))
         for (int h = 0; h < l.attn->n_heads; h++)
-            maps.push_back({l.name, h, l.attn->heads[h].P, l.queries_from_decoder ? dec : src,
+            maps.push_back({l.name, h, l.attn->saved[h].P, l.queries_from_decoder ? dec : src,
                             l.keys_from_decoder ? dec : src, l.queries_from_decoder ? out : src});
     return maps;
 }
