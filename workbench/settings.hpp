@@ -1,5 +1,5 @@
 // workbench/settings.hpp -- what the program asks of a model's settings that the model itself never asks: where
-// the norm goes (for --trace-shapes' legend), which choices are today's blocks (the checkpoint's version), and
+// the norm goes (for --trace-shapes' legend), which values of a choice are today's blocks (the checkpoint's version), and
 // the one check of the settings taken together, which the flags, the checkpoint reader and the page call. Each
 // question is a switch that names every value, so a new value of an enum is asked it by the compiler; the
 // questions the blocks ask too live in model.hpp, beside ModelConfig. Tests: settings_test.cpp.
@@ -46,10 +46,6 @@ inline bool is_todays(Arch arch) {
     case Arch::decoder_only: return true;
     }
     return false;  // not reached
-}
-inline bool uses_todays_blocks(const ModelConfig& c) {  // RMSNorm and grouped-query attention are switches of their own
-    return c.rms_norm || c.key_value_heads() != c.n_heads || is_todays(c.norm_place) || is_todays(c.positions) ||
-           is_todays(c.activation) || is_todays(c.arch);
 }
 
 // The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each

@@ -204,6 +204,22 @@ struct Lab {
     }
 };
 
+// Every choice flag's names and default, from the flag table, so that the page's form offers what the program
+// takes: {"--act":{"names":["relu",...],"default":"relu"},...}.
+inline std::string choices_json() {
+    std::string json;
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags) {
+            if (f.value.find('|') == std::string::npos) continue;  // a choice's value lists its names: "relu|gelu|..."
+            std::string names, given = f.as_given(DEFAULTS), value = f.value + "|";  // given: "--act relu"
+            for (std::size_t at = 0, bar; (bar = value.find('|', at)) != std::string::npos; at = bar + 1)
+                names += (names.empty() ? "" : ",") + json_text(value.substr(at, bar - at));
+            json += fmt("%s%s:{\"names\":[%s],\"default\":%s}", json.empty() ? "" : ",", json_text(f.name).c_str(),
+                        names.c_str(), json_text(given.substr(given.find(' ') + 1)).c_str());
+        }
+    return "{" + json + "}";
+}
+
 // ---------------------------------------------------------------------------------------------
 // The one function the page calls (em++ exports it): web_call("train", "", 50) and the like. The answer is
 // JSON, {"error": "..."} for a bad flag or input, and stays valid until the next call.
@@ -212,6 +228,7 @@ inline std::string web_answer(Lab& lab, const std::string& command, const std::s
     try {
         if (command == "start") return lab.start(text);
         if (command == "load") return lab.load(text, long(number));
+        if (command == "choices") return choices_json();
         if (!lab.model) fail("no model yet: start or load one first");
         if (command == "train") return lab.train(long(number));
         if (command == "evaluate") return lab.evaluate_now();

@@ -92,3 +92,14 @@ TEST_CASE("web: bad flags and inputs are answered with an error") {
     CHECK(json_number(NAN) == "null");
 }
 
+
+// The page's form offers each choice's names as the program takes them, its default selected: the flag table's, so
+// a new value appears in the form without an edit to the page.
+TEST_CASE("the page: each choice's names and default come from the flag table") {
+    Lab lab;
+    std::string json = web_answer(lab, "choices", "", 0);
+    CHECK(contains(json, "\"--act\":{\"names\":[\"relu\",\"gelu\",\"swiglu\"],\"default\":\"relu\"}"));
+    CHECK(contains(json, "\"--schedule\":{\"names\":[\"constant\",\"linear\",\"warmup\"],\"default\":\"linear\"}"));
+    CHECK(contains(json, "\"--pos\":{\"names\":[\"sinusoidal\",\"learned\",\"none\",\"random\",\"rope\",\"alibi\"]"));
+    CHECK(!contains(json, "\"--steps\""));  // a number, not a choice
+}
