@@ -478,6 +478,7 @@ struct MultiHeadAttention {
 // var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
 struct LayerNorm {
     static constexpr double eps = 1e-5;
+    static constexpr const char *name = "LayerNorm", *short_name = "LN";  // as the pictures and counts say it
     Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
@@ -540,6 +541,7 @@ struct LayerNorm {
 // the row's scale is normalised.
 struct RMSNorm {
     static constexpr double eps = 1e-5;
+    static constexpr const char *name = "RMSNorm", *short_name = "RMS";
     Param gamma;                // (1, d_model), starts at 1
     Matrix x_hat;               // saved (n, d_model): x / sqrt(mean(x^2) + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(mean(x^2) + eps) of each row
@@ -664,6 +666,10 @@ struct OneOf {
     Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
     void list_parameters(const std::string& name, ParamList& list) {
         std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
+    }
+    std::string kind() const { return std::visit([](const auto& b) { return std::string(b.name); }, block); }
+    std::string short_kind() const {  // both: for the norms, which name themselves
+        return std::visit([](const auto& b) { return std::string(b.short_name); }, block);
     }
 };
 using Norm = OneOf<LayerNorm, RMSNorm>;

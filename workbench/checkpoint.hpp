@@ -226,9 +226,9 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
     std::string version = r.expect("the format version");
-    if (version.size() != 1 || version[0] < '1' || version[0] > '0' + CHECKPOINT_VERSION)
+    if (version.size() != 1 || version[0] < '1' || version[0] > '0' + newest_version())
         r.error("format version " + version + fmt(" is not supported (this program reads versions 1 to %d)",
-                                                  CHECKPOINT_VERSION));
+                                                  newest_version()));
     ModelConfig c;
     read_header(r, c, d, std::stoi(version));
     long count = r.whole("tensors", 1, 1000);

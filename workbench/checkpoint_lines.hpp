@@ -152,11 +152,15 @@ inline void read_settings(WordReader& r, const std::vector<SettingRow>& table, S
         if (row.version <= version) row.read(s, r);
 }
 
-// The newest version; versions 1 to it are read. A new row takes the next version, and this follows it
-// (a test checks that the newest row's version is this one). A model of the 2017 paper's blocks is written as
-// version 5, the same bytes as before today's blocks came; a model that uses one of them, as the version its rows
-// say it needs (6 for today's: their lines rms_norm, arch, kv_heads, and rope, alibi or swiglu named).
-constexpr int CHECKPOINT_VERSION = 6;
+// The newest version, the newest row's; versions 1 to it are read. A model of the 2017 paper's blocks is written as
+// version 5, the same bytes as before today's blocks came; a model that uses one of them, as the version its rows say
+// it needs (6 for today's: their lines rms_norm, arch, kv_heads, and rope, alibi or swiglu named).
+inline int newest_version() {
+    int newest = 0;
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) newest = std::max(newest, row.version);
+    return newest;
+}
 inline int version_for(const ModelConfig& c) {
     Settings s;
     s.model = c;

@@ -1,8 +1,8 @@
-// workbench/settings.hpp -- what the program asks of a model's settings that the model itself never asks: where
-// the norm goes (for --trace-shapes' legend), which values of a choice are today's blocks (the checkpoint's version), and
+// workbench/settings.hpp -- what the program asks of a model's settings that the model itself never asks: where the
+// norm goes (for --trace-shapes' legend), which values of a choice are today's blocks (the checkpoint's version), and
 // the one check of the settings taken together, which the flags, the checkpoint reader and the page call. Each
-// question is a switch that names every value, so a new value of an enum is asked it by the compiler; the
-// questions the blocks ask too live in model.hpp, beside ModelConfig. Tests: settings_test.cpp.
+// question is a switch that names every value, so a new value of an enum is asked it by the compiler; the questions
+// the blocks ask too live in model.hpp, beside ModelConfig. Tests: settings_test.cpp.
 #pragma once
 
 #include <string>
