@@ -9,7 +9,8 @@ row runs twice: both programs on one thread, then both on all the cores (sorter 
 twin with torch.set_num_threads(N) and OpenBLAS's N threads). The table shows the median of the
 rounds and the ratio sorter / twin per round as min / median / max; then sorter's GFLOP/s as a
 share of the dgemm peak of that many cores (one core's, measured here first, times N), and the
-seconds of one held-out evaluation (greedy decoding) at the row's size.
+seconds of one held-out evaluation (greedy decoding) at the row's size. The twin and the peak run on the
+fastest OpenBLAS kernel this CPU allows (choose_kernel), and the header says which.
 
 Run it with a python3 that has PyTorch (make compare finds one; Debian's python3-torch is for /usr/bin/python3):
     python3 reference/compare.py [--rounds N] [--seconds S] [--rows default,mid,large] [--threads 1,N]
@@ -31,7 +32,8 @@ TWIN = Path(__file__).resolve().parent / "torch_sorter.py"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PYTHON = sys.executable  # the twin runs on the interpreter that runs this script
 # Debian's OpenBLAS, for this machine's architecture (x86_64-linux-gnu, aarch64-linux-gnu, ...)
-OPENBLAS_DIR = f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or 'none'}/openblas-pthread"
+MULTIARCH = sysconfig.get_config_var("MULTIARCH") or "none"
+OPENBLAS_DIR = f"/usr/lib/{MULTIARCH}/openblas-pthread"
 
 # name -> (d_model, heads, d_ff, layers per stack, seq_len), batch sizes
 SIZES = {
@@ -52,10 +54,11 @@ def size_text(name, size):
     return f"{name}: d_model {d_model}, heads {heads}, d_ff {d_ff}, layers {layers}+{layers}, seq_len {seq_len}"
 
 
-def twin_env(threads=1):
-    """`threads` threads everywhere, and Debian's OpenBLAS when it is installed."""
+def twin_env(threads=1, kernel=None):
+    """`threads` threads everywhere, Debian's OpenBLAS when it is installed, on the kernel chosen (KERNEL)."""
     n = str(threads)
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n,
+               **(KERNEL if kernel is None else kernel))
     if Path(OPENBLAS_DIR).is_dir():
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (OPENBLAS_DIR, env.get("LD_LIBRARY_PATH")) if p)
     return env
@@ -91,9 +94,11 @@ def sorter_run(size, batch, threads=1):
 
 
 # One core's double-precision peak, as a BLAS reaches it: OpenBLAS's dgemm (torch.mm in float64,
-# one thread) on square matrices, the best of three sizes, each timed for about a second.
+# one thread) on square matrices, the best of three sizes, each timed for about a second; then the BLAS and its
+# kernel (torch_sorter.py's blas_in_use: the script runs in reference/).
 PEAK_SCRIPT = """
 import time, torch
+from torch_sorter import blas_in_use
 torch.set_num_threads(1)
 best = 0.0
 for n in (256, 512, 1024):
@@ -105,13 +110,60 @@ for n in (256, 512, 1024):
         reps += 1
     best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9)
 print(f"peak {best:.1f}")
+print(f"blas {blas_in_use()}")
 """
 
 
-def peak_gflops():
-    found = re.search(r"^peak ([0-9.]+)", run([PYTHON, "-c", PEAK_SCRIPT], twin_env()), re.M)
-    return float(found.group(1)) if found else None
+def peak_gflops(kernel=None):
+    """One core's dgemm GFLOP/s (None if it could not be measured) and the OpenBLAS kernel it ran (or None)."""
+    done = subprocess.run([PYTHON, "-B", "-c", PEAK_SCRIPT], capture_output=True, text=True, cwd=TWIN.parent,
+                          env=twin_env(1, kernel))
+    peak, ran = re.search(r"^peak ([0-9.]+)", done.stdout, re.M), re.search(r"OpenBLAS kernel (\w+)", done.stdout)
+    return (float(peak.group(1)) if peak else None), (ran.group(1) if ran else None)
 
+
+# OpenBLAS picks its kernel by the name the CPU gives, and on a virtual CPU that calls itself only "Intel(R) Xeon(R)
+# Processor", OpenBLAS 0.3.21 falls back to its generic Prescott kernel: one core's dgemm at 9.5-15 GFLOP/s where
+# SkylakeX's reached 63 on the same machine. So unless OPENBLAS_CORETYPE is set already, the twin runs on the best
+# kernel this CPU's flags allow, or on OpenBLAS's own choice when that measures faster (a CPU OpenBLAS knows by
+# name, such as Cooperlake, keeps its own kernel). Each kernel, with the flags it needs (as /proc/cpuinfo names them):
+KERNELS = [("SkylakeX", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}), ("Haswell", {"avx2", "fma"}),
+           ("Sandybridge", {"avx"})]
+KERNEL = {}  # what twin_env adds: {"OPENBLAS_CORETYPE": name}, or nothing (OpenBLAS's own choice, or the user's)
+
+
+def cpu_flags():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def choose_kernel():
+    """Sets KERNEL; returns one core's dgemm peak on it, and a text saying which kernel the twin runs, and why."""
+    flags = cpu_flags()
+    best = next((name for name, needs in KERNELS if needs <= flags), None) if platform.machine() == "x86_64" else None
+    own_peak, own = peak_gflops({})  # OpenBLAS's own choice, or the one OPENBLAS_CORETYPE names
+    if own is None:
+        return own_peak, "none of OpenBLAS's (the BLAS loaded is another, which chooses its own)"
+    user = os.environ.get("OPENBLAS_CORETYPE")
+    source = f"from OPENBLAS_CORETYPE={user} in the environment" if user else "its own choice"
+    if best is None or best.lower() == own.lower():
+        return own_peak, f"OpenBLAS's {own}, {source}"
+    forced_peak, forced = peak_gflops({"OPENBLAS_CORETYPE": best})
+    if forced != best or not forced_peak or (own_peak and forced_peak <= own_peak):
+        return own_peak, (f"OpenBLAS's {own}, {source} (measured {own_peak or 0:.1f} GFLOP/s; {best}, the best this "
+                          f"CPU's flags allow, {forced_peak or 0:.1f})")
+    if user:  # the user's choice stays, and the header says what it costs
+        return own_peak, (f"OpenBLAS's {own}, {source}; {best}, the best this CPU's flags allow, measured "
+                          f"{forced_peak:.1f} GFLOP/s against {own_peak or 0:.1f}: unset OPENBLAS_CORETYPE to compare "
+                          f"with it")
+    KERNEL["OPENBLAS_CORETYPE"] = best
+    return forced_peak, (f"OpenBLAS's {best}, the best this CPU's flags allow, set with OPENBLAS_CORETYPE={best} "
+                         f"(OpenBLAS's own choice, {own}, measured {own_peak or 0:.1f} GFLOP/s)")
 
 def twin_rate(size, batch, dtype, seconds, threads):
     command = [PYTHON, str(TWIN), "--speed", *model_flags(size), "--batch", str(batch),
@@ -126,7 +178,7 @@ def twin_rate(size, batch, dtype, seconds, threads):
 def twin_blas():
     """Which BLAS library the twin loads under twin_env(), from its own --speed line."""
     text = run([PYTHON, str(TWIN), "--speed", "--seconds", "0.05"], twin_env())
-    found = re.search(r"BLAS ([^)]*)\)", text)
+    found = re.search(r"BLAS (.*)\)$", text, re.M)
     return found.group(1) if found else "unknown"
 
 
@@ -171,9 +223,8 @@ def measure_row(size, batch, rounds, seconds, has_sorter, threads):
     return median(ours), median(gflops), median(evals), median(f64), median(f32), ratios64, ratios32
 
 
-def print_header(args, torch_version, has_sorter, peak):
-    blas = twin_blas()
-    threads = "OPENBLAS_NUM_THREADS=N OMP_NUM_THREADS=N"
+def print_header(args, torch_version, has_sorter, peak, kernel, blas):
+    threads = "".join(f"{k}={v} " for k, v in KERNEL.items()) + "OPENBLAS_NUM_THREADS=N OMP_NUM_THREADS=N"
     if Path(OPENBLAS_DIR).is_dir():
         threads = f"LD_LIBRARY_PATH={OPENBLAS_DIR} {threads}"
     print(f"compare: training examples/s (draw, forward, backward, SGD), sorter beside its PyTorch twin; "
@@ -181,6 +232,7 @@ def print_header(args, torch_version, has_sorter, peak):
     print(f"CPU: {cpu_model()}, {os.cpu_count()} processors online; each program runs on N threads, "
           f"N = {' and '.join(map(str, args.threads))} (the column threads)")
     print(f"twin: PyTorch {torch_version}, torch.set_num_threads(N), {threads}; BLAS loaded: {blas}")
+    print(f"kernel, the twin's and the peak's: {kernel}")
     if not has_sorter:
         print(f"sorter: {SORTER} has no --speed or --threads yet (or is missing): its columns are n/a")
     peak_text = f"{peak:.1f} GFLOP/s" if peak else "not measured"
@@ -221,8 +273,15 @@ def main(argv):
         print(f"compare.py: skipped, '{PYTHON} -c \"import torch\"' failed. {HOW_TO_GET_TORCH}")
         return 0
     has_sorter = SORTER.exists() and sorter_run(SIZES["default"][0], 1)[0] is not None
-    peak = peak_gflops()
-    print_header(args, probe.stdout.strip(), has_sorter, peak)
+    blas = twin_blas()
+    if "/blas/libblas" in blas:  # Debian's reference BLAS, which then answers every product: plain loops
+        print(f"compare.py: the twin would run on the reference BLAS ({blas}), plain loops far slower than this CPU "
+              f"allows; install OpenBLAS (Debian or Ubuntu: sudo apt-get install libopenblas0-pthread), or make it "
+              f"the system's (sudo update-alternatives --config libblas.so.3-{MULTIARCH}), and run make "
+              f"compare again")
+        return 2
+    peak, kernel = choose_kernel()
+    print_header(args, probe.stdout.strip(), has_sorter, peak, kernel, twin_blas())  # the BLAS on that kernel
     for threads in args.threads:
         for name in args.rows:
             size, batches = SIZES[name]

@@ -17,6 +17,7 @@ Modes:
 Run it with a python3 that has PyTorch (make reference finds one; Debian's python3-torch is for /usr/bin/python3).
 """
 import argparse
+import ctypes
 import math
 import random
 import re
@@ -779,12 +780,21 @@ def train_step(model, params, batch, lr):
 
 
 def blas_in_use():
-    """The BLAS libraries this process has loaded (read from /proc/self/maps), e.g. OpenBLAS."""
+    """The BLAS libraries this process has loaded (read from /proc/self/maps), e.g. OpenBLAS, and the kernel
+    OpenBLAS runs on this CPU (its choice, or OPENBLAS_CORETYPE's): "... (OpenBLAS kernel SkylakeX)"."""
     try:
         maps = Path("/proc/self/maps").read_text().splitlines()
     except OSError:
         return "unknown"
     paths = sorted({line.split()[-1] for line in maps if "blas" in line.rsplit("/", 1)[-1].lower()})
+    for path in paths:
+        if "openblas" in path.rsplit("/", 1)[-1].lower():
+            try:
+                corename = ctypes.CDLL(path).openblas_get_corename
+                corename.restype = ctypes.c_char_p
+                return ", ".join(paths) + f" (OpenBLAS kernel {corename().decode()})"
+            except (OSError, AttributeError):
+                pass
     return ", ".join(paths) or "none loaded"
 
 

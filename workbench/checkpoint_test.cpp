@@ -103,7 +103,8 @@ TEST_CASE("checkpoint: today's blocks, version 6, round-trip, and their header i
 TEST_CASE("checkpoint: a file older than version 6 may not name rope, alibi or swiglu") {
     const std::vector<std::pair<std::string, std::string>> todays = {
         {"positions", "rope"}, {"positions", "alibi"}, {"activation", "swiglu"}};
-    for (const auto& [key, value] : todays) {
+    for (const auto& todays_value : todays) {
+        const std::string key = todays_value.first, value = todays_value.second;  // (INFO's lambda reads them)
         ModelConfig c;
         DataConfig d;
         small_trained_model(c, d);

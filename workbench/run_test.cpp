@@ -87,7 +87,9 @@ TEST_CASE("a diverging run with --save-every says which checkpoint it left") {
     const std::string m = dir.file("m.txt");
     const std::vector<std::pair<long, std::string>> plan = {  // --save-every, then the step the file must hold
         {5, "10"}, {6, "6"}, {1, "10"}, {1000, "none"}};
-    for (const auto& [every, kept] : plan) {
+    for (const auto& step_kept : plan) {
+        const long every = step_kept.first;  // (not a structured binding: INFO's lambda reads it)
+        const std::string kept = step_kept.second;
         INFO("--save-every ", every);
         std::ofstream(m) << "old\n";
         std::string error =

@@ -158,7 +158,9 @@ TEST_CASE("signals: a loaded model's scoring, --inspect and --test-len are cut s
     const std::vector<std::pair<int, std::string>> plan = {  // the signal, and the line it comes after
         {SIGTERM, "seed 1, 5 updates made"}, {SIGINT, "--- inspect: held-out"},
         {SIGHUP, "--- held-out exact-match by"}};
-    for (const auto& [sig, after] : plan) {
+    for (const auto& signal_after : plan) {
+        const int sig = signal_after.first;  // (not a structured binding: INFO's lambda reads it)
+        const std::string after = signal_after.second;
         INFO("signal ", sig, " after '", after, "'");
         std::string name = std::to_string(sig), report = dir.file("r" + name + ".html"), log = dir.file("log" + name);
         pid_t pid = start_run({"--load", m, "--inspect", "--test-len", "12", "--report", report}, log);
