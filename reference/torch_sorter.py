@@ -227,21 +227,21 @@ class LayerNorm:  # struct LayerNorm: y = gamma (x - mean) / sqrt(var + eps) + b
 class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act ReLU or exact GELU; or SwiGLU
     def __init__(self, c):
         self.swiglu = choose("activation", c.activation, {"relu": False, "gelu": False, "swiglu": True})
-        hidden = (2 * c.d_ff + 1) // 3 if self.swiglu else c.d_ff  # hidden_width(): 2 d_ff / 3 for SwiGLU
-        self.layer1 = Linear(c.d_model, hidden, bias=True)  # (d_model -> hidden)
-        self.layer2 = Linear(hidden, c.d_model, bias=True)  # (hidden -> d_model)
-        self.layer3 = Linear(c.d_model, hidden, bias=True) if self.swiglu else None  # SwiGLU's partner
+        hidden = (2 * c.d_ff + 1) // 3 if self.swiglu else c.d_ff  # SwiGLU::width(): 2 d_ff / 3
+        self.W_1 = Linear(c.d_model, hidden, bias=True)  # (d_model -> hidden)
+        self.W_2 = Linear(hidden, c.d_model, bias=True)  # (hidden -> d_model)
+        self.W_3 = Linear(c.d_model, hidden, bias=True) if self.swiglu else None  # SwiGLU's partner
         self.act = {"relu": torch.relu, "gelu": F.gelu, "swiglu": F.silu}[c.activation]  # F.gelu: x Phi(x), no tanh
 
     def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., hidden)
         if self.swiglu:
-            return self.layer2(F.silu(self.layer1(x)) * self.layer3(x))
-        return self.layer2(self.act(self.layer1(x)))
+            return self.W_2(F.silu(self.W_1(x)) * self.W_3(x))
+        return self.W_2(self.act(self.W_1(x)))
 
     def params(self, name):
-        p = [(f"{name}.W_1", self.layer1.W), (f"{name}.b_1", self.layer1.b),
-             (f"{name}.W_2", self.layer2.W), (f"{name}.b_2", self.layer2.b)]
-        return p + ([(f"{name}.W_3", self.layer3.W), (f"{name}.b_3", self.layer3.b)] if self.swiglu else [])
+        p = [(f"{name}.W_1", self.W_1.W), (f"{name}.b_1", self.W_1.b),
+             (f"{name}.W_2", self.W_2.W), (f"{name}.b_2", self.W_2.b)]
+        return p + ([(f"{name}.W_3", self.W_3.W), (f"{name}.b_3", self.W_3.b)] if self.swiglu else [])
 
 
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
