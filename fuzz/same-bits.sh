@@ -28,7 +28,7 @@ CONFIGS=$(cat <<EOF
 --steps 150 --optimizer adam --schedule warmup --warmup 50 --d-model 32 --heads 4 --d-ff 64 --save c06.txt
 --steps 150 --rmsnorm --act swiglu --pos rope --kv-heads 1 --save c07.txt --dump-step d07.txt
 --steps 150 --pos alibi --heads 4 --d-model 16 --enc-layers 2 --dec-layers 2 --save c08.txt
---steps 150 --llama --save c09.txt --beam 3 --sort 3 1 2 5
+--steps 150 --llama --save c09.txt --beam 3 --sort 3 1 2 5 4
 --steps 150 --arch decoder-only --pos alibi --norm post --save c10.txt
 --load c01.txt --steps 50 --save c11.txt
 --load c06.txt --steps 50 --save c12.txt
