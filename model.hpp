@@ -4,7 +4,8 @@
 // name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=) into its
 // parameters' grads and returns the gradient for its input (a block with two inputs, attention's queries and
 // memory, adds into gradients the caller zeroed; Embedding's input, token ids, has none). n_seq sequences run as
-// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
+// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's (decoder-only:
+// e*(S + T) .., source and answer as one sequence).
 //
 // The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps
 // inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
@@ -23,7 +24,8 @@
 
 // The exercise switches, each with its names as the flags and the checkpoint file spell them.
 enum class NormPlace { pre, post };  // where a sublayer's norm goes
-enum class Positions { sinusoidal, learned, none, random, rope, alibi };
+enum class Positions { sinusoidal, learned, none, random, rope, alibi };  // how a token's place is known: a table
+                                                                          // the embeddings add, none, or in attention
 enum class Activation { relu, gelu, swiglu };
 enum class Arch { encoder_decoder, decoder_only };
 const std::vector<std::string> NORM_PLACE_NAMES = {"pre", "post"};

@@ -55,8 +55,8 @@ class Threads {
     }
 
   private:
-    // How long a thread waits awake before it sleeps: a time, not a count of yields (2000 took about 1 ms here),
-    // since on a busy machine one yield can last a whole time slice of another process.
+    // How long a thread waits awake before it sleeps: a time, not a count of yields, since on a busy machine one
+    // yield can last a whole time slice of another process (docs/performance.md).
     static constexpr std::chrono::microseconds SPIN{1000};
     static constexpr std::int64_t ROUND = 1 << 16;  // next = round * ROUND + the next part to claim (parts < ROUND)
     std::vector<std::thread> workers;
