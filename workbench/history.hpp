@@ -107,7 +107,7 @@ inline std::string finish_command(const Options& o) {
 // unknown) ended there. Said on stderr when it rises (docs/checkpoints.md has the figures); warmup and constant
 // go on as they were, and so does --finish, which keeps the plan.
 inline void note_resumed_rate(const TrainConfig& t, long first, long last, long saved_plan) {
-    if (first == 1 || t.schedule != Schedule::linear) return;
+    if (first == 1 || !rate_follows_the_plan(t.schedule)) return;
     const long saved_last = std::max(saved_plan, first - 1);
     const double before = scheduled_lr(t.schedule, t.lr, first - 1, saved_last, t.warmup),
                  now = scheduled_lr(t.schedule, t.lr, first, last, t.warmup);

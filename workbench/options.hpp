@@ -345,5 +345,5 @@ inline std::string decoding_text(const DecodeConfig& d) {
 inline std::string optimizer_text(const Options& o) {
     std::string text = fmt("%s lr %g, schedule %s", OPTIMIZERS[int(o.train.optimizer)].title.c_str(), o.train.lr,
                            SCHEDULE_NAMES[int(o.train.schedule)].c_str());
-    return o.train.schedule == Schedule::warmup ? text + fmt(" %ld", o.train.warmup) : text;
+    return reads_warmup(o.train.schedule) ? text + fmt(" %ld", o.train.warmup) : text;
 }

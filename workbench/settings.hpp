@@ -1,14 +1,15 @@
-// workbench/settings.hpp -- what the program asks of a model's settings that the model itself never asks: where the
-// norm goes (for --trace-shapes' legend), which values of a choice are today's blocks (the checkpoint's version), and
-// the one check of the settings taken together, which the flags, the checkpoint reader and the page call. Each
-// question is a switch that names every value, so a new value of an enum is asked it by the compiler; the questions
-// the blocks ask too live in model.hpp, beside ModelConfig. Tests: settings_test.cpp.
+// workbench/settings.hpp -- what the program asks of a run's settings that the tutorial itself never asks: where the
+// norm goes (for --trace-shapes' legend), how a schedule reads the run's plan and --warmup (the lines a run prints),
+// which values of a choice are today's blocks (the checkpoint's version), and the one check of the settings taken
+// together, which the flags, the checkpoint reader and the page call. Each question is a switch that names every
+// value, so a new value of an enum is asked it by the compiler; the questions the blocks ask too live in model.hpp,
+// beside ModelConfig. Tests: settings_test.cpp.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "../model.hpp"
+#include "../train.hpp"  // and model.hpp: the choices of the run and of the model
 
 // Whether a sublayer reads LN(x) (pre-norm) or x itself, its sum then normalised (post-norm).
 inline bool norm_before_sublayer(NormPlace place) {
@@ -18,8 +19,25 @@ inline bool norm_before_sublayer(NormPlace place) {
     }
     return true;  // not reached
 }
-// Whether a choice is one of today's blocks (the opening of this file lists them), which the 2017 paper's model and
-// the exercises' variants do not have: a checkpoint names them from version 6 on.
+// Whether a step's rate depends on how long the run is planned to be (linear: it falls to 0 at the last step), so a
+// resumed run that plans more steps trains at other rates than the saved run would have.
+inline bool rate_follows_the_plan(Schedule schedule) {
+    switch (schedule) {
+    case Schedule::linear: return true;
+    case Schedule::constant: case Schedule::warmup: return false;
+    }
+    return false;  // not reached
+}
+// Whether the schedule reads --warmup (the steps of its rise).
+inline bool reads_warmup(Schedule schedule) {
+    switch (schedule) {
+    case Schedule::warmup: return true;
+    case Schedule::constant: case Schedule::linear: return false;
+    }
+    return false;  // not reached
+}
+// Whether a choice is one of today's blocks (model.hpp's opening names them), which the 2017 paper's model and the
+// exercises' variants do not have: a checkpoint names them from version 6 on.
 inline bool is_todays(NormPlace place) {
     switch (place) {
     case NormPlace::pre: case NormPlace::post: return false;

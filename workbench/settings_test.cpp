@@ -51,3 +51,15 @@ TEST_CASE("settings: one check, said by the flags, the checkpoint reader and the
     CHECK(contains(web_answer(lab, "load", replace_once(text, "n_heads 2", "n_heads 3"), 0),
                    json_text("the checkpoint header: n_heads 3 with d_model 8: " + heads.why)));
 }
+
+// The schedules' questions agree with scheduled_lr itself: only linear's rate at a step moves when the run is planned
+// longer (step 5 of 10 and of 20), and only warmup's moves with --warmup.
+TEST_CASE("settings: what each schedule reads, as scheduled_lr computes it") {
+    for (Schedule s : {Schedule::constant, Schedule::linear, Schedule::warmup}) {
+        INFO(SCHEDULE_NAMES[int(s)]);
+        CHECK(rate_follows_the_plan(s) == (scheduled_lr(s, 0.2, 5, 10, 3) != scheduled_lr(s, 0.2, 5, 20, 3)));
+        CHECK(reads_warmup(s) == (scheduled_lr(s, 0.2, 5, 10, 3) != scheduled_lr(s, 0.2, 5, 10, 8)));
+    }
+    CHECK(rate_follows_the_plan(Schedule::linear));
+    CHECK(reads_warmup(Schedule::warmup));
+}
