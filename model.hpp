@@ -425,8 +425,8 @@ struct MultiHeadAttention {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
-        // Each sequence attends to its own rows, so sequences may run at once (--threads, matrix.hpp); under attention
-        // dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
+        // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
+        // attention dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
         const bool in_turn = dropout_draws && attn_dropout > 0.0;
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
@@ -669,8 +669,9 @@ struct OneOf {
     void list_parameters(const std::string& name, ParamList& list) {
         std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
     }
+    // What the block held calls itself (a norm: "LayerNorm", "LN"), for --params and --trace-shapes.
     std::string kind() const { return std::visit([](const auto& b) { return std::string(b.name); }, block); }
-    std::string short_kind() const {  // both: for the norms, which name themselves
+    std::string short_kind() const {
         return std::visit([](const auto& b) { return std::string(b.short_name); }, block);
     }
 };

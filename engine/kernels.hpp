@@ -1,7 +1,7 @@
 // engine/kernels.hpp -- the same numbers as matrix.hpp's matmul, faster, and on every core (--threads N).
 //
 // Beneath the tutorial: model.hpp calls these *_fast kernels, which give matrix.hpp's plain loops' bits on any
-// number of threads (tests.cpp checks, bit for bit, on 1, 2, 3 and 8 threads); the loops are the math, and a
+// number of threads (kernels_test.cpp checks, bit for bit, on 1, 2, 3 and 8); the loops are the math, and a
 // first reading skips this file. How work is cut into ranges (parallel_for) lives here; who runs the ranges, the
 // pool, is engine/threads.hpp.
 #pragma once

@@ -1,6 +1,6 @@
 // engine/threads.hpp -- the pool that engine/kernels.hpp shares its work out on (--threads N).
-// matrix.hpp's parallel_for says how a piece of work is cut into ranges, one a thread; this is who runs them.
-// Tests: threads_test.cpp beside it; the same bits on any count, tests.cpp.
+// kernels.hpp's parallel_for says how a piece of work is cut into ranges, one a thread; this is who runs them.
+// Tests: threads_test.cpp beside it; the same bits on any count, kernels_test.cpp and tests.cpp.
 #pragma once
 
 #include <atomic>
@@ -17,7 +17,7 @@
 // Threads, the pool: run(job) is one round of parts 0 .. count()-1. It posts the job; each thread, the caller and
 // every worker awake, claims the next part no one has taken, runs it, and claims again until none is left, so the
 // caller never waits on a worker that has not woken: it runs that part itself. Part k is the same work whoever runs
-// it (matrix.hpp's parallel_for gives part k its range), so the bits do not depend on who ran what. Between rounds a
+// it (kernels.hpp's parallel_for gives part k its range), so the bits do not depend on who ran what. Between rounds a
 // worker that has served one waits awake (yielding its core) for up to SPIN, as the next product of a step comes
 // sooner than that, then sleeps until the next round; a new worker sleeps at once, and a stop ends the wait.
 class Threads {
@@ -32,7 +32,7 @@ class Threads {
     ~Threads() { stop(); }
     // job(k) for k = 0 .. count()-1; returns when all are done, and then rethrows the first exception a part threw
     // (out of memory, say; the other parts still ran). Called from inside a job (a product inside one sequence's
-    // attention, which matrix.hpp's parallel_each runs as a part), it runs every k there, in turn.
+    // attention, which kernels.hpp's parallel_each runs as a part), it runs every k there, in turn.
     void run(const std::function<void(int)>& job) {
         if (workers.empty() || inside) {
             for (int k = 0; k < count(); k++) job(k);
