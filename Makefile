@@ -2,6 +2,7 @@
 #   make             build ./sorter
 #   make test        build and run the gradient checks and behaviour tests (doctest)
 #   make gradcheck   only the gradient checks of tests.cpp, with their table (seconds after editing a backward)
+#   make exercises   the backwards a class writes itself; make exercise NAME=... DIR=... a student's copy, make check in it
 #   make sanitize    the same tests under AddressSanitizer and UndefinedBehaviorSanitizer, the thread tests under ThreadSanitizer
 #   make course      run every command pasted in README.md and docs/*.md again; fail if an output drifted
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
@@ -50,7 +51,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest web check-web
+.PHONY: all test gradcheck exercises exercise check course check-report sanitize bench reference compare fuzz signals clean doctest web check-web
 
 all: sorter
 
@@ -118,6 +119,22 @@ gradcheck: gradcheck-tests
 	 ./gradcheck-tests -tc="gradient:*" -tce="$(GRADCHECK_HALF)"; rest=$$?; \
 	 wait $$half; status=$$?; cat gradcheck-half.log; rm -f gradcheck-half.log; \
 	 test $$rest -eq 0 && test $$status -eq 0
+
+# Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp).
+#   make exercises                    the list
+#   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history
+#   make check                        in the copy: the gradient checks and a short training run; the last line, the grade
+#                                     (in the repository: make check NAME=softmax)
+# The check is built alone, at -Og as make gradcheck: the rebuild after a student's edit and the run take seconds.
+exercise-check: $(HEADERS) workbench/exercises.hpp workbench/text.hpp Makefile
+	printf '#include "workbench/exercises.hpp"\nint main(int argc, char** argv) { return exercises::run(argc, argv); }\n' | \
+	  $(CXX) $(FIXED) $(CXXFLAGS) -Og -I. -x c++ -o $@ -
+exercises: exercise-check
+	@./exercise-check --list
+exercise: exercise-check
+	@./exercise-check --hand-out "$(NAME)" "$(DIR)" $$(git ls-files)
+check: exercise-check  # a graded fail (1) is a result, not an error: the grade is the last line
+	@./exercise-check $(NAME) || test $$? -eq 1
 
 tests-sanitize: tests.cpp $(ENGINE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
 	printf '#include "%s"\n' tests.cpp $(ENGINE_TESTS) $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g \
@@ -210,4 +227,5 @@ signals: sorter
 
 clean:
 	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	  exercise-check \
 	  sorter.html sorter-web.js

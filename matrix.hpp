@@ -16,11 +16,15 @@
 // The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
 // gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
 // over every path from an input to the loss: when one input feeds two places, both add in.
+// Exercise-only: a line `// exercise NAME: begin` and its `// exercise NAME: end` hold an answer a class writes
+// itself (docs/course.md, "Write it yourself"): `make exercise` cuts them out of a student's copy and leaves a gap
+// that throws "not written yet" (<stdexcept>), naming what `uses` lists so that it compiles without a warning.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 // ---------------------------------------------------------------------------------------------
@@ -185,16 +189,20 @@ inline Matrix softmax_rows(const Matrix& X) {
     return P;
 }
 // forward: P[i][j] = exp(X[i][j]) / sum_k exp(X[i][k])
+// exercise softmax: begin
 // Jacobian: dP[i][j]/dX[i][k] = P[i][j] (delta_jk - P[i][k]), so the vector-Jacobian product is
 //          dX[i][k] += P[i][k] (dP[i][k] - sum_j dP[i][j] P[i][j])
 // in words: each input gets its own probability times (its upstream gradient minus the
 // probability-weighted mean of the row's upstream gradients: the "row term").
+// exercise softmax: end
 inline void softmax_rows_backward(const Matrix& dP, const Matrix& P, Matrix& dX) {
+    // exercise softmax: begin (uses dP P dX)
     for (int i = 0; i < P.rows; i++) {
         double row_term = 0.0;
         for (int j = 0; j < P.cols; j++) row_term += dP.at(i, j) * P.at(i, j);
         for (int k = 0; k < P.cols; k++) dX.at(i, k) += P.at(i, k) * (dP.at(i, k) - row_term);
     }
+    // exercise softmax: end
 }
 
 // ---------------------------------------------------------------------------------------------

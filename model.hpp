@@ -155,12 +155,16 @@ inline Matrix dropout(Matrix x, double p, Rng* dropout_draws, Matrix& keep) {
     }
     return x;
 }
+// exercise dropout: begin
 // forward: y = x * keep, entry by entry, so dx = dy * keep: a dropped entry passes no gradient back. dx is
 // made in dy's place (callers move dy in: nothing else reads it), so with nothing dropped nothing is copied.
+// exercise dropout: end
 inline Matrix dropout_backward(Matrix dy, const Matrix& keep) {
+    // exercise dropout: begin (uses dy keep)
     if (!keep.empty())
         for (std::size_t i = 0; i < dy.data.size(); i++) dy.data[i] *= keep.data[i];
     return dy;  // now dx
+    // exercise dropout: end
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -226,15 +230,19 @@ struct Embedding {
         return X;
     }
     // forward: X[t] = table[tokens[t]] * multiplier + pos[rows[t]]
+    // exercise embedding: begin
     // so       table.grad[tokens[t]] += multiplier * dX[t]   (a scatter-add: a token seen twice adds twice)
     //          learned.grad[rows[t]] += dX[t]           (only when positions are learned)
+    // exercise embedding: end
     // Returns nothing: the input is token ids, which have no gradient.
     void backward(const std::vector<int>& tokens, const std::vector<int>& rows, const Matrix& dX) {
+        // exercise embedding: begin (uses tokens rows dX)
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
                 table.grad.at(tokens[t], c) += multiplier * dX.at(t, c);
                 if (!learned.value.empty()) learned.grad.at(rows[t], c) += dX.at(t, c);
             }
+        // exercise embedding: end
     }
 };
 
@@ -315,6 +323,7 @@ inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, SavedA
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix& dQ, Matrix& dK,
                                Matrix& dV) {
+    // exercise attention: begin (uses dO c dQ dK dV)
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
     // forward: O = P V, or with attention dropout O = D V, D = dropout(P)
     Matrix dD(c.P.rows, c.P.cols);
@@ -329,6 +338,7 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
     scale_backward(d_scores, inv_sqrt_dk, d_QKt);
     // forward: Q K^T = matmul_bt(Q, K)
     matmul_bt_backward_fast(d_QKt, c.Q, c.K, dQ, dK);
+    // exercise attention: end
 }
 
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -358,8 +368,10 @@ inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.
         }
     return X;
 }
+// exercise rotary: begin
 // forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle, rotate_pairs
 // with sign -1 (a rotation's transpose is the rotation back).
+// exercise rotary: end
 
 // ALiBi (--pos alibi; Press et al. 2022), in self-attention only: query i, at position first_query + i, and key j,
 // at position j, have their score lowered by slope x |first_query + i - j|, a constant (no gradient), in
@@ -447,6 +459,7 @@ struct MultiHeadAttention {
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         int group = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
+        // exercise heads: begin (uses d_xq d_xkv group)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
@@ -460,13 +473,18 @@ struct MultiHeadAttention {
                 add_into_block(dV_h, e * S, kv_col, dV);
             }
         });
+        // exercise heads: end
         // forward: Q and K turned by position (rotary): turned back
+        // exercise rotary: begin
         dQ = turned(std::move(dQ), T, 0, -1.0);
         dK = turned(std::move(dK), S, 0, -1.0);
+        // exercise rotary: end
         // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
+        // exercise heads: begin (uses d_xq d_xkv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
         accumulate(d_xkv, W_v.backward(dV));
+        // exercise heads: end
     }
     Matrix backward_self(const Matrix& d_out) {  // self-attention: x feeds Q and K, V; both add into dx
         Matrix dx(d_out.rows, W_q.x.cols);
@@ -509,6 +527,7 @@ struct LayerNorm {
         }
         return y;
     }
+    // exercise layernorm: begin
     // forward: y = gamma * x_hat + beta    so   d_gamma += dy * x_hat,  d_beta += dy,
     //                                           d_x_hat = dy * gamma
     // forward: x_hat = (x - mean) * rstd, where mean and rstd depend on every x of the row, so
@@ -518,7 +537,9 @@ struct LayerNorm {
     // d rstd/dx_j = -rstd^3 (x_j - mean) / d; the chain rule through every x_hat_k = (x_k - mean) rstd:
     //   dx_j = sum_k d_x_hat_k [(delta_jk - 1/d) rstd - (x_k - mean) rstd^3 (x_j - mean) / d]
     //        = rstd (d_x_hat_j - mean(d_x_hat) - x_hat_j mean(d_x_hat * x_hat)).
+    // exercise layernorm: end
     Matrix backward(const Matrix& dy) {
+        // exercise layernorm: begin (uses dy)
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
         for (int i = 0; i < n; i++) {
@@ -534,6 +555,7 @@ struct LayerNorm {
                 dx.at(i, j) += rstd[i] * (d_x_hat.at(i, j) - mean_d - x_hat.at(i, j) * mean_d_xhat);
         }
         return dx;
+        // exercise layernorm: end
     }
 };
 
@@ -568,10 +590,13 @@ struct RMSNorm {
         }
         return y;
     }
+    // exercise rmsnorm: begin
     // forward: y = gamma * x_hat           so   d_gamma += dy * x_hat,  d_x_hat = dy * gamma
     // forward: x_hat = x * rstd: LayerNorm's backward with its mean fixed at 0, so term 2 is gone and term 3
     //          stays, through the mean of squares:   dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat))
+    // exercise rmsnorm: end
     Matrix backward(const Matrix& dy) {
+        // exercise rmsnorm: begin (uses dy)
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
         for (int i = 0; i < n; i++) {
@@ -584,6 +609,7 @@ struct RMSNorm {
             for (int j = 0; j < d; j++) dx.at(i, j) += rstd[i] * (d_x_hat.at(i, j) - x_hat.at(i, j) * mean_d_xhat);
         }
         return dx;
+        // exercise rmsnorm: end
     }
 };
 
@@ -645,6 +671,7 @@ struct SwiGLU {
         return W_2.forward(multiply(silu(hidden), partner));
     }
     Matrix backward(const Matrix& dy) {
+        // exercise swiglu: begin (uses dy)
         Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act), act = multiply(gate, partner)
         const int n = hidden.rows, d_h = hidden.cols;
         Matrix d_gate(n, d_h), d_partner(n, d_h), d_hidden(n, d_h);
@@ -653,6 +680,7 @@ struct SwiGLU {
         Matrix dx = W_1.backward(d_hidden);       // forward: hidden = W_1.forward(x)
         accumulate(dx, W_3.backward(d_partner));  // forward: partner = W_3.forward(x): x's second use adds in
         return dx;
+        // exercise swiglu: end
     }
 };
 
@@ -814,6 +842,7 @@ struct DecoderBlock {
     }
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
+        // exercise decoder-block: begin (uses d_out d_memory)
         // forward: out = ffn_sub.forward(y2, ffn)   (decoder-only: y1 in y2's place)
         Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
         // forward: y2 = cross_sub.forward(y1, cross-attention to the memory)
@@ -824,6 +853,7 @@ struct DecoderBlock {
         });
         // forward: y1 = self_sub.forward(y, causal self-attention)
         return self_sub.backward(dy1, [&](const Matrix& d) { return self_attn.backward_self(d); });
+        // exercise decoder-block: end
     }
 };
 

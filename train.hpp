@@ -179,15 +179,19 @@ struct Dataset {
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy over each row of one example's logits (T, vocab), with its gradient beside it.
 //   loss = -(1/T) sum_t log p_t[target_t],   p_t = softmax(logits[t])
+// exercise cross-entropy: begin
 //   dL/dlogits[t] = (p_t - one_hot(target_t)) / T
 // Derivation, one row z = logits[t], target y: -log p[y] = -z[y] + log sum_v exp(z[v]), so d/dz[v] = p[v] - [v==y].
 // The 1/T is the mean over positions. (Softmax's general backward in matrix.hpp gives the same
 // numbers; with the log in front, its row term collapses to this simple form.)
+// exercise cross-entropy: end
 // weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
 // Every position counts, PAD targets too: PAD is how the model says "the output ends here".
 // Label smoothing E > 0 (the paper's 0.1, PyTorch's label_smoothing=E) aims at q = (1 - E) one_hot + E / vocab
 // instead of the one-hot, so the model is never pushed to certainty: loss -(1/T) sum_t sum_v q[v] log p_t[v],
+// exercise cross-entropy: begin
 // gradient (p_t - q) / T, since -sum_v q[v] log p[v] = -sum_v q[v] z[v] + log sum_v exp(z[v]) when sum_v q[v] = 1.
+// exercise cross-entropy: end
 // (The Annotated Transformer spreads E over vocab - 2 tokens, none on the target or PAD, and minimises a KL
 // divergence, the same gradient up to that spread; we take PyTorch's, so the twin checks us with its own loss.)
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
@@ -203,8 +207,10 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
         loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - std::log(sum)) / T;
         for (int v = 0; v < logits.cols; v++) {
             if (smoothing > 0) loss -= spread * (logits.at(t, v) - max - std::log(sum)) / T;
+            // exercise cross-entropy: begin (uses weight d_logits)
             double q = (v == target[t] ? 1.0 - smoothing : 0.0) + spread;  // the target row
             d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - q) / T;
+            // exercise cross-entropy: end
         }
     }
     return loss;
@@ -283,6 +289,7 @@ struct Optimizer {
                 }
                 break;
             case OptimizerKind::adam:
+                // exercise adam: begin (uses unbias1 unbias2)
                 for (std::size_t i = 0; i < w.size(); i++) {
                     double& mi = m[k].data[i];
                     double& si = s[k].data[i];
@@ -290,6 +297,7 @@ struct Optimizer {
                     si = beta2 * si + (1.0 - beta2) * g[i] * g[i];
                     w[i] -= lr * (mi / unbias1) / (std::sqrt(si / unbias2) + eps);
                 }
+                // exercise adam: end
                 break;
             }
         }
