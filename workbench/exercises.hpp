@@ -29,8 +29,8 @@ namespace exercises {  // its names (Tensor, jitter, ...) are tests.cpp's too, w
 
 // ---------------------------------------------------------------------------------------------
 // The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (its
-// own block first, then the blocks built on it: the names of BLOCK_CHECKS, below), and the model and training that
-// use it, for the whole-model check and the training run.
+// own block first, then the blocks built on it: the names of BLOCK_CHECKS, below, and "model", the whole model's
+// gradient), and the choices of the model and the training that use it (for the blocks' checks too).
 struct Exercise {
     std::string name, writes;
     std::vector<std::string> checks;
@@ -49,7 +49,7 @@ const std::vector<Exercise> EXERCISES = {
     {"cross-entropy", "cross_entropy's gradient, with label smoothing (train.hpp)", {"cross_entropy", "model"},
      [](ModelConfig&, TrainConfig& t) { t.label_smoothing = 0.1; }},
     {"dropout", "dropout_backward (model.hpp)", {"dropout", "attention", "EncoderBlock", "DecoderBlock", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.dropout = m.attn_dropout = 0.1; }},
+     [](ModelConfig& m, TrainConfig&) { m.dropout = m.attn_dropout = 0.05; }},
     {"attention", "attention_backward (model.hpp)", {"attention", "MultiHeadAttention", "model"}, as_default},
     {"heads", "MultiHeadAttention::backward: the heads split and joined, grouped-query's sum (model.hpp)",
      {"MultiHeadAttention", "DecoderBlock", "model"},
@@ -79,7 +79,9 @@ inline std::string trimmed(const std::string& line) {
     std::size_t first = line.find_first_not_of(' ');
     return first == std::string::npos ? "" : line.substr(first);
 }
-inline bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+inline bool starts_with(const std::string& s, const std::string& prefix) {
+    return s.compare(0, prefix.size(), prefix) == 0;
+}
 
 inline std::string cut(const std::string& text, const std::string& name) {
     const std::string begin = "// exercise " + name + ": begin", end = "// exercise " + name + ": end";
@@ -467,22 +469,19 @@ inline void check_whole_model(Checker& c, const ModelConfig& config, double labe
     jitter(model.parameters(), rng);
     const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
     const Rng masks = model.dropout_draws;  // dropout: the same masks at every pass
-    auto loss = [&] {
+    Matrix d_logits;
+    auto loss = [&] {  // forward in training mode, as gradient_of runs it: the loss, and its gradient in d_logits
         model.dropout_draws = masks;
-        Matrix d_logits(8, small.vocab);
         model.train(true);
-        const Matrix logits = model.forward(inputs_of(batch, 0, 2).sources, inputs_of(batch, 0, 2).targets_in);
+        const Inputs in = inputs_of(batch, 0, 2);
+        const Matrix logits = model.forward(in.sources, in.targets_in);
         model.train(false);
+        d_logits = Matrix(logits.rows, logits.cols);
         return batch_loss(logits, batch, label_smoothing, d_logits).followed;
     };
     c.gradients("model", tensors_of(model.parameters()), loss, [&] {
-        model.dropout_draws = masks;
-        model.train(true);
-        Inputs in = inputs_of(batch, 0, 2);
-        Matrix logits = model.forward(in.sources, in.targets_in), d_logits(logits.rows, logits.cols);
-        model.train(false);
-        batch_loss(logits, batch, label_smoothing, d_logits);
-        model.backward(d_logits);  // += into every grad, as gradient_of runs it (without its zeroing)
+        loss();
+        model.backward(d_logits);  // += into every grad (gradient_of zeroes them first)
     });
 }
 // Adam has no forward to differentiate: three updates of lr 0.01 from w = 0.5 with the gradients below, against
@@ -538,9 +537,10 @@ const std::vector<std::pair<std::string, void (*)(Checker&, const ModelConfig&)>
 // rate decaying to 0 over them), then greedy decoding of HELD_OUT_CHECKED held-out examples. A backward can pass
 // its check and training still fail (a mistake in a forward: exercise 9's bug 7), or fail its check and training
 // still succeed (SGD forgives a lot): the check reads both.
-constexpr long TRAINING_STEPS = 1000;
+constexpr long TRAINING_STEPS = 600;
 constexpr int HELD_OUT_CHECKED = 200;
-constexpr double TRAINING_PASSES = 0.8;  // exact-match at least this
+constexpr double TRAINING_PASSES = 0.5;  // exact-match at least this: the answers reach 83% (dropout) to 99.5%,
+                                         // exercise 9's bug 7 8.5%
 struct Training { double loss = 0.0, exact = 0.0; };
 inline Training train_briefly(const Exercise& e) {
     DataConfig d;
