@@ -438,6 +438,10 @@ inline std::string output_of(const std::string& command) {  // what a shell comm
 }
 TEST_CASE("exercises: a student's copy builds, its gaps say \"not written yet\", and the check grades it") {
     const std::vector<std::string> files = repository_files();
+    if (files.empty()) {  // make exercise hands out what git tracks: a tarball has nothing to hand out
+        MESSAGE("not a git checkout: the hand-out is not made");
+        return;
+    }
     REQUIRE(files.size() > 20);
     TempDir tmp("exercises");
     std::string all_but_rotary;
