@@ -127,7 +127,9 @@ TEST_CASE("exercises: planted bugs in softmax, attention, dropout and cross-entr
     c.quiet = true;
     Rng rng(1);
     Matrix X = scale(ex::random_matrix(4, 5, rng), 3.0), dX(4, 5);
-    for (auto [name, backward] : {std::pair{"no row term", softmax_without_row_term}, {"assigns", softmax_assigning}})
+    using Backward = void (*)(const Matrix&, const Matrix&, Matrix&);
+    for (auto [name, backward] : {std::pair<std::string, Backward>{"no row term", softmax_without_row_term},
+                                  {"assigns", softmax_assigning}})
         ex::check_block(c, name, {{"X", &X, &dX}}, [&] { return softmax_rows(X); },
                         [&, backward = backward](const Matrix& G) { backward(G, softmax_rows(X), dX); });
     CHECK(kind_of(c, "no row term", "X") == ex::Kind::term);
