@@ -50,7 +50,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest web check-web
+.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -178,6 +178,13 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
 	done
 
+# make maths: matrix.hpp's maths::exp, log, sin, cos and pow against the C library, a million points a range:
+# the worst error in ulps, the share correctly rounded, and the time of a call (docs/performance.md).
+maths: fuzz/maths
+	fuzz/maths
+fuzz/maths: fuzz/maths.cpp matrix.hpp Makefile
+	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ fuzz/maths.cpp
+
 # make web: sorter.html, one page that trains sorter in the browser: workbench/web.html around the WebAssembly
 # build of workbench/web.hpp (the same sources), inlined, so that the page opens from a file, offline. Needs
 # emscripten (Debian: apt-get install emscripten). NODE_PATH: where Debian keeps the JavaScript parser em++ uses.
@@ -210,5 +217,5 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* fuzz/maths \
 	  sorter.html sorter-web.js

@@ -174,8 +174,8 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     for (int pos = 0; pos < max_len; pos++)
         for (int c = 0; c < d_model; c++) {
             int two_i = c - c % 2;  // columns 2i and 2i+1 share one frequency
-            double angle = pos / std::pow(10000.0, double(two_i) / d_model);
-            pe.at(pos, c) = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+            double angle = pos / maths::pow(10000.0, double(two_i) / d_model);
+            pe.at(pos, c) = c % 2 == 0 ? maths::sin(angle) : maths::cos(angle);
         }
     return pe;
 }
@@ -340,14 +340,14 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 // sees only how far apart they are.
 //   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
 inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
-    return double(pos) / std::pow(10000.0, 2.0 * i / d_k);
+    return double(pos) / maths::pow(10000.0, 2.0 * i / d_k);
 }
 inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
     Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
     for (int t = 0; t < L; t++)
         for (int i = 0; i < d_k / 2; i++) {
             double angle = sign * rotary_angle(first + t, i, d_k);
-            cosine.at(t, i) = std::cos(angle), sine.at(t, i) = std::sin(angle);
+            cosine.at(t, i) = maths::cos(angle), sine.at(t, i) = maths::sin(angle);
         }
     for (int r = 0; r < X.rows; r++)
         for (int col = 0; col + 1 < X.cols; col += 2) {
@@ -373,8 +373,8 @@ inline std::vector<double> alibi_slopes_of(int n) {
     int n0 = 1;
     while (n0 * 2 <= n) n0 *= 2;
     std::vector<double> m;
-    for (int h = 1; h <= n0; h++) m.push_back(std::pow(2.0, -8.0 * h / n0));
-    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(std::pow(2.0, -4.0 * h / n0));
+    for (int h = 1; h <= n0; h++) m.push_back(maths::pow(2.0, -8.0 * h / n0));
+    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(maths::pow(2.0, -4.0 * h / n0));
     return m;
 }
 
