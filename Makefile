@@ -203,11 +203,12 @@ sorter.html: workbench/web.html $(HEADERS) $(WORKBENCH) Makefile
 	  workbench/web.html > $@.tmp && mv $@.tmp $@ && rm -f sorter-web.js
 	@echo "wrote $@ ($$(wc -c < $@) bytes): open it in a browser"
 
-# sorter.html in headless Chromium (docs/check-web; needs node and chromium): it trains the default model to the
-# end, offline; no console error, 100% at the end, ./sorter's figures beside the page's, screenshots to look at.
+# sorter.html in headless Chromium (docs/check-web; needs node and chromium): the default run, row for row as
+# ./sorter's, a run that diverges, a checkpoint opened, the pace, the layouts of a classroom; screenshots to look
+# at, in DIR (make check-web DIR=folder; default /tmp/sorter-web-check).
 check-web: sorter sorter.html
 	@command -v node >/dev/null || { echo "make check-web needs node (Debian: sudo apt-get install nodejs)"; exit 1; }
-	@docs/check-web
+	@docs/check-web $(DIR)
 
 # fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each), then of each of
 # SIGINT, SIGTERM and SIGHUP at a loaded model that trains no further (about 2 s each).
