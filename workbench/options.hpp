@@ -107,6 +107,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
              [](O& o, Args& a) { o.model.kv_heads_asked = int(a.whole(1, MAX_HEADS)); },
              [](const O& o) { return o.model.kv_heads_asked == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads_asked); }},
+            choice_flag("--attention", "how training computes attention; flash: tile by tile, keeping no (T, S) "
+                        "matrix, the same numbers within rounding in memory that grows as T, not T^2 (FlashAttention-2, "
+                        "Dao 2023; model.hpp's section); maps and decoding stay plain", ATTENTION_NAMES, true,
+                        &M::attention),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
