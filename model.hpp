@@ -305,8 +305,10 @@ struct Mask {
 
     bool sees(int e, int T, int i, int j) const {  // may query i of sequence e (of T) see key j
         if (!given.empty()) return given.at(e * T + i, j) != 0.0;
-        if (causal && j > i) return false;
-        return pad_sources.empty() || j >= int(pad_sources[e].size()) || pad_sources[e][j] != PAD;
+        return !(causal && j > i) && !pad_key(e, j);
+    }
+    bool pad_key(int e, int j) const {  // by the rule, key j of sequence e is one of its source's PADs
+        return !pad_sources.empty() && j < int(pad_sources[e].size()) && pad_sources[e][j] == PAD;
     }
     Matrix of_sequence(int e, int T, int S) const {  // sequence e's mask (T, S); empty when every key is seen
         if (!given.empty()) return take_block(given, e * T, T, 0, S);
@@ -441,7 +443,7 @@ inline std::vector<double> alibi_slopes_of(int n) {
 // cache (32 to 48 KiB today) with room for the running output. 32 x 64 at d_k = 16: 4 + 16 + 16 KiB. Larger d_k:
 // halve FLASH_KEYS; a smaller cache: halve both. Any sizes give the same numbers within rounding (tests.cpp runs
 // tiles that do not divide T, and T smaller than a tile); only speed changes.
-constexpr int FLASH_QUERIES = 32, FLASH_KEYS = 64;
+constexpr int FLASH_QUERIES = 32, FLASH_KEYS = 32;
 
 // Attention dropout, in tiles: the backward must drop the very weights the forward dropped, without a (T, S)
 // mask kept. So each weight's draw is numbered by where it sits, counter = first + i S + j, and taken straight
@@ -462,14 +464,16 @@ struct TileDropout {  // one head's: p 0 drops nothing
 // What a tile's queries see of its keys, by the rule: none, all, or some (then key by key).
 enum class TileSight { none, all, some };
 inline TileSight tile_sight(const Mask& mask, int e, int T, int i0, int i1, int j0, int j1) {
-    int seen = 0;
-    if (!mask.given.empty() || !mask.pad_sources.empty()) {  // written out, or PADs: ask each pair
+    if (!mask.given.empty()) {  // written out: ask each pair
+        int seen = 0;
         for (int i = i0; i < i1; i++)
             for (int j = j0; j < j1; j++) seen += mask.sees(e, T, i, j);
         return seen == 0 ? TileSight::none : seen == (i1 - i0) * (j1 - j0) ? TileSight::all : TileSight::some;
     }
-    if (!mask.causal || j1 - 1 <= i0) return TileSight::all;  // every key at or before every query
-    return j0 > i1 - 1 ? TileSight::none : TileSight::some;
+    int pads = 0;  // the rule: PAD keys hide a column of the tile, the causal rule its upper corner
+    for (int j = j0; j < j1; j++) pads += mask.pad_key(e, j);
+    if (pads == j1 - j0 || (mask.causal && j0 > i1 - 1)) return TileSight::none;
+    return pads == 0 && (!mask.causal || j1 - 1 <= i0) ? TileSight::all : TileSight::some;
 }
 // For each of queries i0 .. i1-1, whether it sees no key at all (then its tiles are all walked: see above).
 inline std::vector<char> rows_seeing_nothing(const Mask& mask, int e, int T, int S, int i0, int i1) {
@@ -504,6 +508,11 @@ inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int
     }
 }
 
+// exp(x) of a score minus the max (or minus L): exactly 0 for a hidden key's score, MASKED, as exp gives it when
+// any key of the row is seen (attention() gives it so too), without asking the maths library, whose exp takes a
+// slow road below its smallest result.
+inline double exp_of_score(double x, double score) { return score == MASKED ? 0.0 : std::exp(x); }
+
 // attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
 // Saves Q, K, V, O and L; no P.
 inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
@@ -531,7 +540,7 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
                 l[r] *= rescale;                                 // (the first tile: exp(-inf) = 0 times 0)
                 for (int p = 0; p < d_k; p++) o[p] *= rescale;
                 for (int c = 0; c < j1 - j0; c++) {
-                    const double weight = std::exp(row[c] - m_new);  // softmax's top, against the max so far
+                    const double weight = exp_of_score(row[c] - m_new, row[c]);  // softmax's top, against the max
                     l[r] += weight;                                   // its bottom: l = sum of exp(score - m)
                     const double w = weight * dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V
                     const double* v = &V.data[std::size_t(j0 + c) * d_k];
@@ -582,7 +591,7 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
                 const double* dO_i = &dO.data[std::size_t(i) * d_k];
                 double dP[FLASH_KEYS];
                 for (int col = 0; col < w; col++) {
-                    const double P = std::exp(row[col] - c.L[i]);  // forward: weight / l = exp(score - m) / l
+                    const double P = exp_of_score(row[col] - c.L[i], row[col]);  // forward: weight / l
                     const double keep = dropped.factor(i, j0 + col);
                     // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i     (dV += dropout(P)^T dO)
                     double* dv = &dV.data[std::size_t(j0 + col) * d_k];
@@ -595,6 +604,8 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
                     const double* v = &Vt.data[std::size_t(p) * S + j0];
                     for (int col = 0; col < w; col++) dP[col] += dO_i[p] * v[col];
                 }
+                const double* q = &c.Q.data[std::size_t(i) * d_k];
+                double* dq = &dQ.data[std::size_t(i) * d_k];
                 for (int col = 0; col < w; col++) {
                     const double keep = dropped.factor(i, j0 + col);
                     // forward: weight = exp(score - m), summed into l: softmax_rows_backward, its row term D_i
@@ -602,9 +613,11 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
                     const double dS = row[col] * (keep * dP[col] - D[i]);
                     // forward: score = (q_i . k_j) / sqrt(d_k), so
                     //          dQ_i += dS_ij k_j / sqrt(d_k),  dK_j += dS_ij q_i / sqrt(d_k)
-                    const double g = dS * inv_sqrt_dk;
-                    const double *k = &c.K.data[std::size_t(j0 + col) * d_k], *q = &c.Q.data[std::size_t(i) * d_k];
-                    double *dq = &dQ.data[std::size_t(i) * d_k], *dk = &dK.data[std::size_t(j0 + col) * d_k];
+                    dP[col] = dS * inv_sqrt_dk;  // (dP's place reused)
+                }
+                for (int col = 0; col < w; col++) {
+                    const double g = dP[col], *k = &c.K.data[std::size_t(j0 + col) * d_k];
+                    double* dk = &dK.data[std::size_t(j0 + col) * d_k];
                     for (int p = 0; p < d_k; p++) dq[p] += g * k[p];
                     for (int p = 0; p < d_k; p++) dk[p] += g * q[p];
                 }
