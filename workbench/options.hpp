@@ -187,6 +187,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &O::bench),
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
+            switch_flag("--step-cost", "time a training step of the model and batch the other flags give (the median "
+                        "of 5, no evaluation) and print the peak memory", false, true, &O::step_cost),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
              "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
              [](O& o, Args& a) { o.thread_count = int(a.whole(1, MAX_THREADS)); },
