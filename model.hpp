@@ -440,9 +440,10 @@ inline std::vector<double> alibi_slopes_of(int n) {
 //
 // Tile sizes: a tile's working set is its queries' rows (FLASH_QUERIES x d_k), its keys' and values' rows
 // (2 FLASH_KEYS x d_k), and its scores (FLASH_QUERIES x FLASH_KEYS), all doubles; it should fit the core's first
-// cache (32 to 48 KiB today) with room for the running output. 32 x 64 at d_k = 16: 4 + 16 + 16 KiB. Larger d_k:
-// halve FLASH_KEYS; a smaller cache: halve both. Any sizes give the same numbers within rounding (tests.cpp runs
-// tiles that do not divide T, and T smaller than a tile); only speed changes.
+// cache (32 to 48 KiB today) with room for the running output: 32 x 32 at d_k = 16 is 4 + 8 + 8 KiB. Larger d_k:
+// halve FLASH_QUERIES; a smaller cache: halve both. Smaller tiles also let the causal mask skip more (at T = 64,
+// one tile in four); larger ones pay less a tile. Any sizes give the same numbers within rounding (tests.cpp runs
+// tiles that do not divide T, and T smaller than a tile); only speed changes (docs/performance.md).
 constexpr int FLASH_QUERIES = 32, FLASH_KEYS = 32;
 
 // Attention dropout, in tiles: the backward must drop the very weights the forward dropped, without a (T, S)
@@ -484,6 +485,25 @@ inline std::vector<char> rows_seeing_nothing(const Mask& mask, int e, int T, int
 }
 inline bool any_of(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
 
+// out[c] = sum over p of a[p] B[p][j0 + c], c = 0 .. w-1, B (d_k, S) a transposed K or V: each sum in order of p. A
+// whole tile's row (w = FLASH_KEYS, known when compiled) is summed in registers; a short last tile, in place.
+inline void row_times(const double* a, const Matrix& B, int j0, int w, double* out) {
+    if (w == FLASH_KEYS) {
+        double sum[FLASH_KEYS] = {};
+        for (int p = 0; p < B.rows; p++) {
+            const double* b = &B.data[std::size_t(p) * B.cols + j0];
+            for (int c = 0; c < FLASH_KEYS; c++) sum[c] += a[p] * b[c];
+        }
+        for (int c = 0; c < FLASH_KEYS; c++) out[c] = sum[c];
+        return;
+    }
+    for (int c = 0; c < w; c++) out[c] = 0.0;
+    for (int p = 0; p < B.rows; p++) {
+        const double* b = &B.data[std::size_t(p) * B.cols + j0];
+        for (int c = 0; c < w; c++) out[c] += a[p] * b[c];
+    }
+}
+
 // The scores of queries i0 .. i1-1 and keys j0 .. j1-1, as attention() and attention_weights make them:
 // Q K^T / sqrt(d_k) (each a sum over d_k in order), ALiBi's penalty, MASKED where the mask hides the key (0 in
 // a row that sees nothing: blind[r]). Kt (d_k, S) is K transposed, so a row of scores is summed across its keys
@@ -494,11 +514,7 @@ inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
     for (int r = 0; r < i1 - i0; r++) {
         double* row = s + r * FLASH_KEYS;
-        for (int c = 0; c < w; c++) row[c] = 0.0;
-        for (int p = 0; p < d_k; p++) {
-            const double q = Q.at(i0 + r, p), *k = &Kt.data[std::size_t(p) * Kt.cols + j0];
-            for (int c = 0; c < w; c++) row[c] += q * k[c];
-        }
+        row_times(&Q.data[std::size_t(i0 + r) * d_k], Kt, j0, w, row);  // q_i . k_j
         for (int c = 0; c < w; c++) row[c] *= inv_sqrt_dk;
         if (alibi_slope > 0.0)
             for (int c = 0; c < w; c++) row[c] -= alibi_slope * std::abs(i0 + r - (j0 + c));
@@ -597,13 +613,9 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
                     double* dv = &dV.data[std::size_t(j0 + col) * d_k];
                     for (int p = 0; p < d_k; p++) dv[p] += P * keep * dO_i[p];
                     row[col] = P;
-                    dP[col] = 0.0;
                 }
                 // forward: the same line, so dP_ij = keep_ij (dO_i . v_j)              (dP = dO V^T)
-                for (int p = 0; p < d_k; p++) {
-                    const double* v = &Vt.data[std::size_t(p) * S + j0];
-                    for (int col = 0; col < w; col++) dP[col] += dO_i[p] * v[col];
-                }
+                row_times(dO_i, Vt, j0, w, dP);
                 const double* q = &c.Q.data[std::size_t(i) * d_k];
                 double* dq = &dQ.data[std::size_t(i) * d_k];
                 for (int col = 0; col < w; col++) {
