@@ -51,7 +51,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck course check-report sanitize bench attention-cost reference compare fuzz signals clean doctest web check-web
+.PHONY: all test gradcheck course check-report sanitize bench attention-cost reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -183,6 +183,13 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
 	done
 
+# make maths: matrix.hpp's maths::exp, log, sin, cos and pow against the C library, a million points a range:
+# the worst error in ulps, the share correctly rounded, and the time of a call (docs/performance.md).
+maths: fuzz/maths
+	fuzz/maths
+fuzz/maths: fuzz/maths.cpp matrix.hpp Makefile
+	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ fuzz/maths.cpp
+
 # make web: sorter.html, one page that trains sorter in the browser: workbench/web.html around the WebAssembly
 # build of workbench/web.hpp (the same sources), inlined, so that the page opens from a file, offline. Needs
 # emscripten (Debian: apt-get install emscripten). NODE_PATH: where Debian keeps the JavaScript parser em++ uses.
@@ -201,11 +208,12 @@ sorter.html: workbench/web.html $(HEADERS) $(WORKBENCH) Makefile
 	  workbench/web.html > $@.tmp && mv $@.tmp $@ && rm -f sorter-web.js
 	@echo "wrote $@ ($$(wc -c < $@) bytes): open it in a browser"
 
-# sorter.html in headless Chromium (docs/check-web; needs node and chromium): it trains the default model to the
-# end, offline; no console error, 100% at the end, ./sorter's figures beside the page's, screenshots to look at.
+# sorter.html in headless Chromium (docs/check-web; needs node and chromium): the default run, row for row as
+# ./sorter's, a run that diverges, a checkpoint opened, the pace, the layouts of a classroom; screenshots to look
+# at, in DIR (make check-web DIR=folder; default /tmp/sorter-web-check).
 check-web: sorter sorter.html
 	@command -v node >/dev/null || { echo "make check-web needs node (Debian: sudo apt-get install nodejs)"; exit 1; }
-	@docs/check-web
+	@docs/check-web $(DIR)
 
 # fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each), then of each of
 # SIGINT, SIGTERM and SIGHUP at a loaded model that trains no further (about 2 s each).
@@ -214,5 +222,5 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* fuzz/maths \
 	  sorter.html sorter-web.js

@@ -186,8 +186,8 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     for (int pos = 0; pos < max_len; pos++)
         for (int c = 0; c < d_model; c++) {
             int two_i = c - c % 2;  // columns 2i and 2i+1 share one frequency
-            double angle = pos / std::pow(10000.0, double(two_i) / d_model);
-            pe.at(pos, c) = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+            double angle = pos / maths::pow(10000.0, double(two_i) / d_model);
+            pe.at(pos, c) = c % 2 == 0 ? maths::sin(angle) : maths::cos(angle);
         }
     return pe;
 }
@@ -384,14 +384,14 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 // sees only how far apart they are.
 //   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
 inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
-    return double(pos) / std::pow(10000.0, 2.0 * i / d_k);
+    return double(pos) / maths::pow(10000.0, 2.0 * i / d_k);
 }
 inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
     Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
     for (int t = 0; t < L; t++)
         for (int i = 0; i < d_k / 2; i++) {
             double angle = sign * rotary_angle(first + t, i, d_k);
-            cosine.at(t, i) = std::cos(angle), sine.at(t, i) = std::sin(angle);
+            cosine.at(t, i) = maths::cos(angle), sine.at(t, i) = maths::sin(angle);
         }
     for (int r = 0; r < X.rows; r++)
         for (int col = 0; col + 1 < X.cols; col += 2) {
@@ -417,8 +417,8 @@ inline std::vector<double> alibi_slopes_of(int n) {
     int n0 = 1;
     while (n0 * 2 <= n) n0 *= 2;
     std::vector<double> m;
-    for (int h = 1; h <= n0; h++) m.push_back(std::pow(2.0, -8.0 * h / n0));
-    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(std::pow(2.0, -4.0 * h / n0));
+    for (int h = 1; h <= n0; h++) m.push_back(maths::pow(2.0, -8.0 * h / n0));
+    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(maths::pow(2.0, -4.0 * h / n0));
     return m;
 }
 
@@ -524,11 +524,6 @@ inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int
     }
 }
 
-// exp(x) of a score minus the max (or minus L): exactly 0 for a hidden key's score, MASKED, as exp gives it when
-// any key of the row is seen (attention() gives it so too), without asking the maths library, whose exp takes a
-// slow road below its smallest result.
-inline double exp_of_score(double x, double score) { return score == MASKED ? 0.0 : std::exp(x); }
-
 // attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
 // Saves Q, K, V, O and L; no P.
 inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
@@ -552,11 +547,11 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
                 double* o = &O.data[std::size_t(i0 + r) * d_k];
                 double m_new = m[r];  // m_new = max(m, this tile's scores)
                 for (int c = 0; c < j1 - j0; c++) m_new = std::max(m_new, row[c]);
-                const double rescale = std::exp(m[r] - m_new);  // what was summed against m, now against m_new
+                const double rescale = maths::exp(m[r] - m_new);  // what was summed against m, now against m_new
                 l[r] *= rescale;                                 // (the first tile: exp(-inf) = 0 times 0)
                 for (int p = 0; p < d_k; p++) o[p] *= rescale;
                 for (int c = 0; c < j1 - j0; c++) {
-                    const double weight = exp_of_score(row[c] - m_new, row[c]);  // softmax's top, against the max
+                    const double weight = maths::exp(row[c] - m_new);  // softmax's top, against the max so far
                     l[r] += weight;                                   // its bottom: l = sum of exp(score - m)
                     const double w = weight * dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V
                     const double* v = &V.data[std::size_t(j0 + c) * d_k];
@@ -567,7 +562,7 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
         }
         for (int r = 0; r < i1 - i0; r++) {
             for (int p = 0; p < d_k; p++) O.at(i0 + r, p) /= l[r];  // O = (sum of exp(score - m) v) / l
-            L[i0 + r] = m[r] + std::log(l[r]);                       // L = m + log l: log of softmax's bottom
+            L[i0 + r] = m[r] + maths::log(l[r]);                      // L = m + log l: log of softmax's bottom
         }
     }
     saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(L)};
@@ -607,7 +602,7 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
                 const double* dO_i = &dO.data[std::size_t(i) * d_k];
                 double dP[FLASH_KEYS];
                 for (int col = 0; col < w; col++) {
-                    const double P = exp_of_score(row[col] - c.L[i], row[col]);  // forward: weight / l
+                    const double P = maths::exp(row[col] - c.L[i]);  // forward: weight / l = exp(score - m) / l
                     const double keep = dropped.factor(i, j0 + col);
                     // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i     (dV += dropout(P)^T dO)
                     double* dv = &dV.data[std::size_t(j0 + col) * d_k];
