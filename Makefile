@@ -6,6 +6,7 @@
 #   make course      run every command pasted in README.md and docs/*.md again; fail if an output drifted
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
+#   make attention-cost  plain attention against --attention flash: a step's memory and time, T = 64 .. 1024
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, on one thread and on all cores (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
@@ -50,7 +51,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck course check-report sanitize bench reference compare fuzz signals clean doctest web check-web maths
+.PHONY: all test gradcheck course check-report sanitize bench attention-cost reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -143,6 +144,10 @@ check-report: sorter
 # The same build as `make`, then the speed table (about 15 s; sorter alone, make compare adds PyTorch).
 bench: sorter
 	./sorter --bench
+
+# About 5 minutes: docs/performance.md's table of attention in tiles, and its plot (docs/attention-cost.svg).
+attention-cost: sorter
+	docs/attention-cost
 
 # The PyTorch twin runs on the first python3 that has PyTorch: PYTHON when you set it, else python3 on
 # your PATH, else /usr/bin/python3 (Debian's python3-torch is built for Debian's own python3). Without

@@ -32,6 +32,7 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
     if (o.help) print_help();
     else if (o.bench) run_bench(o);
     else if (o.speed) run_speed(o);
+    else if (o.step_cost) run_step_cost(o);
     else if (o.demo == "scale") demo_scale();
     else if (o.demo == "softmax") demo_softmax();
     else if (o.demo == "gradcheck") demo_gradcheck();

@@ -74,6 +74,7 @@ class ModelConfig:  # struct ModelConfig
     rms_norm: bool = False         # RMSNorm in place of every LayerNorm
     kv_heads: int = 0              # key-value heads (grouped-query attention); 0: n_heads
     arch: str = "encoder-decoder"  # encoder-decoder | decoder-only
+    attention: str = "plain"       # plain | flash: how sorter trains it; here, flash runs PyTorch's own
 
     def key_value_heads(self):
         return self.kv_heads or self.n_heads
@@ -157,6 +158,20 @@ def attention(Q, K, V, allowed, keep=None, bias=None):  # attention(): O = softm
     return (P if keep is None else P * keep) @ V
 
 
+# A model sorter trains in tiles (--attention flash) is checked against PyTorch's fused attention,
+# F.scaled_dot_product_attention (PyTorch 2.0 on), where it has it: the mask and ALiBi's bias go in as one added
+# float mask (MASKED added rather than put in place: exp gives 0 either way, as no row here sees nothing). Attention
+# dropout is not in it (its draws are PyTorch's): a step that drops weights replays sorter's factors in attention().
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def fused_attention(Q, K, V, allowed, bias=None):
+    added = torch.zeros(Q.shape[-2], K.shape[-2], dtype=Q.dtype) if bias is None else bias
+    if allowed is not None:
+        added = added + torch.zeros_like(allowed, dtype=Q.dtype).masked_fill(~allowed, MASKED)
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=added)
+
+
 def rotate_pairs(X, sign=1.0):  # rotate_pairs(): X (B, heads, L, d_k), position t = its index along L
     """Each head's columns in pairs (2i, 2i+1) turned by the angle t / 10000^(2i / d_k): the RoFormer pairing."""
     B, H, L, d_k = X.shape
@@ -185,6 +200,7 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
         self.keep = None  # attention dropout's factors (B, n_heads, T, S) for one replayed step, or None
         self.rotary = self_attention and c.positions == "rope"
         self.slopes = torch.tensor(alibi_slopes_of(c.n_heads)) if self_attention and c.positions == "alibi" else None
+        self.fused = c.attention == "flash" and HAS_SDPA  # sorter computes it in tiles: PyTorch's fused kernel here
 
     def split(self, x, heads):  # (B, L, heads d_k) -> (B, heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
         B, L, _ = x.shape
@@ -202,7 +218,10 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
             T, S = x_q.shape[1], x_kv.shape[1]
             distance = (torch.arange(T)[:, None] - torch.arange(S)[None, :]).abs().to(x_q.dtype)
             bias = -self.slopes.to(x_q.dtype)[:, None, None] * distance  # (n_heads, T, S)
-        O = attention(Q, K, V, allowed, self.keep, bias)  # (B, n_heads, T, d_k)
+        if self.fused and self.keep is None:
+            O = fused_attention(Q, K, V, allowed, bias)  # (B, n_heads, T, d_k)
+        else:
+            O = attention(Q, K, V, allowed, self.keep, bias)  # (B, n_heads, T, d_k)
         joined = O.transpose(1, 2).reshape(x_q.shape)    # (B, T, d_model): the heads side by side again
         return self.W_o(joined)
 
@@ -505,8 +524,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 6 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 7 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -538,7 +557,8 @@ def config_from_header(h):
                        activation=h["activation"], embed_scale=choose("embed_scale", h["embed_scale"], ZERO_ONE),
                        tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE),  # 0 before v3
                        rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
-                       kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"))
+                       kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"),
+                       attention=h.get("attention", "plain"))  # version 7 on
 
 
 def model_from_checkpoint(ck):
@@ -647,6 +667,13 @@ VARIANTS = [  # (name, sorter flags)
     ("decoder-only, alibi, post-norm", ["--arch", "decoder-only", "--pos", "alibi", "--norm", "post", "--min-len", "3"]),
     ("llama (4 heads on 2), 2 layers", ["--llama", "--heads", "4", "--dec-layers", "2", "--min-len", "2",
                                         "--dropout", "0.1", "--optimizer", "adam"]),
+    ("flash", ["--attention", "flash", "--min-len", "2"]),
+    ("flash, decoder-only, alibi, gqa", ["--attention", "flash", "--arch", "decoder-only", "--pos", "alibi",
+                                         "--heads", "4", "--kv-heads", "2", "--min-len", "3", "--dec-layers", "2"]),
+    ("flash, rope, 2+2, attn dropout", ["--attention", "flash", "--pos", "rope", "--enc-layers", "2",
+                                        "--dec-layers", "2", "--attn-dropout", "0.2", "--min-len", "2"]),
+    ("flash, seq-len 40 (tiles)", ["--attention", "flash", "--arch", "decoder-only", "--seq-len", "40",
+                                   "--min-len", "30", "--task", "reverse"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam
@@ -741,6 +768,8 @@ def check():
         return 1
     print(f"torch_sorter.py --check: one training step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
+    print("flash variants against " + ("F.scaled_dot_product_attention" if HAS_SDPA else
+          "this file's attention() (this PyTorch has no F.scaled_dot_product_attention; 2.0 on has)"))
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
           f"and beam 3's hypotheses)\n")
     print(f"{'variant':<32} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")

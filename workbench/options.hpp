@@ -107,6 +107,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
              "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
              [](O& o, Args& a) { o.model.kv_heads_asked = int(a.whole(1, MAX_HEADS)); },
              [](const O& o) { return o.model.kv_heads_asked == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads_asked); }},
+            choice_flag("--attention", "how training computes attention; flash: tile by tile, keeping no (T, S) "
+                        "matrix, the same numbers within rounding in memory that grows as T, not T^2 (FlashAttention-2, "
+                        "Dao 2023; model.hpp's section); maps and decoding stay plain", ATTENTION_NAMES, true,
+                        &M::attention),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
@@ -183,6 +187,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &O::bench),
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
+            switch_flag("--step-cost", "time a training step of the model and batch the other flags give (the median "
+                        "of 5, no evaluation) and print the peak memory", false, true, &O::step_cost),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
              "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
              [](O& o, Args& a) { o.thread_count = int(a.whole(1, MAX_THREADS)); },

@@ -56,7 +56,7 @@ inline std::string json_tokens(const std::vector<int>& tokens, const ModelConfig
 // Flags the page does not take: they name files, print to a terminal or end the run, and its own buttons do the
 // rest (threads: the page's worker is one thread, and a thread count changes no result).
 const std::vector<std::string> PAGE_REFUSED = {"--save", "--load", "--report", "--svg", "--train-data", "--dump-step",
-                                               "--sort", "--bench", "--speed", "--demo", "--help", "--save-every",
+                                               "--sort", "--bench", "--speed", "--step-cost", "--demo", "--help", "--save-every",
                                                "--finish", "--params", "--show-pe", "--trace-shapes", "--inspect",
                                                "--show-attention", "--numbers", "--test-len", "--threads"};
 inline bool page_takes(const Flag& f) {
