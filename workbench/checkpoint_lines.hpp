@@ -108,6 +108,7 @@ inline const std::vector<SettingRow>& header_table() {
              if (s.model.kv_heads_asked == s.model.n_heads) s.model.kv_heads_asked = 0;
          },
          [](const Settings& s) { return s.model.key_value_heads() != s.model.n_heads ? 6 : 0; }},
+        model_switch_setting("no_bias", 7, &M::no_bias),
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),
