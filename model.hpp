@@ -47,6 +47,7 @@ struct ModelConfig {
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
     bool no_bias = false;     // no bias in the feed-forward and the output projection (Llama's; attention has none)
+    int bits = 0;             // inference only: a quantized model's weight width (--quantize, matrix.hpp); 0: float64
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
@@ -131,7 +132,9 @@ struct Linear {
     }
     Matrix forward(const Matrix& in) {
         x = in;
-        return b.value.empty() ? matmul_fast(x, W.value) : add_row(matmul_fast(x, W.value), b.value);
+        Matrix y = W.quantized.empty() ? matmul_fast(x, W.value)
+                                       : quantized_product_fast(x, W.quantized[0]);  // inference only: --quantize
+        return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
@@ -980,7 +983,8 @@ struct Transformer {
 // so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
 inline Matrix Transformer::tied_output(const Matrix& h) {
     out.x = h;  // saved for the backward, as Linear::forward saves it
-    Matrix logits = matmul_bt_fast(h, embed.table.value);
+    const Param& table = embed.table;  // quantized (inference only): the table's integers, row by row
+    Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value) : quantized_product_fast(h, table.quantized[0]);
     return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
 }
 inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)

@@ -175,6 +175,12 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "on the schedule it planned, to the same bits as a run never stopped (Ctrl-C and kill keep a "
                         "run that had --save; kill -9 and a crash, one that had --save-every)", false, true,
                         &O::finish),
+            {"--quantize", "BITS", "with --load: every matrix of a product (attention's, the feed-forward's, the output "
+             "projection, the embedding table) as whole numbers of BITS bits, 2 to 8, one scale a group of 32 (8 bits: "
+             "64) along the input, so that the model runs in integers (8: llama2.c's Q8_0; below 8: llama.cpp's Q4_0 "
+             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model cannot train)", false,
+             [](O& o, Args& a) { o.quantize_bits = int(a.whole(2, 8)); },
+             [](const O& o) { return o.quantize_bits == 0 ? "" : fmt("--quantize %d", o.quantize_bits); }},
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
              [](O& o, Args& a) {
                  o.sort_words.clear();
@@ -286,6 +292,11 @@ inline Options parse_options(int argc, char** argv) {
              std::to_string(o.decode.beam));
     if (o.save_every > 0 && o.save_path.empty())
         fail(fmt("--save-every %ld writes the checkpoint to the --save file; add --save FILE", o.save_every));
+    if (o.quantize_bits > 0 && o.load_path.empty())
+        fail(fmt("--quantize %d quantizes a trained model: add --load FILE (and --save FILE to keep it)", o.quantize_bits));
+    if (o.quantize_bits > 0 && (was_given("--steps") || o.finish))
+        fail(fmt("--quantize %d: a quantized model cannot train; train the float model first, then quantize it",
+                 o.quantize_bits));
     if (o.finish && o.load_path.empty())
         fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
     if (o.finish && was_given("--steps"))
