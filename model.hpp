@@ -48,6 +48,8 @@ struct ModelConfig {
     Positions positions = Positions::sinusoidal;
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
+    bool no_bias = false;     // no bias in the feed-forward and the output projection (Llama's; attention has none)
+    int bits = 0;             // inference only: a quantized model's weight width (--quantize, matrix.hpp); 0: float64
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
@@ -142,7 +144,9 @@ struct Linear {
     }
     Matrix forward(const Matrix& in) {
         x = in;
-        return b.value.empty() ? matmul_fast(x, W.value) : add_row(matmul_fast(x, W.value), b.value);
+        Matrix y = W.quantized.empty() ? matmul_fast(x, W.value)
+                                       : quantized_product_fast(x, W.quantized[0]);  // inference only: --quantize
+        return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
@@ -876,13 +880,13 @@ struct Pointwise {  // an activation, entry by entry, and its backward (matrix.h
     void (*backward)(const Matrix& dY, const Matrix& X, Matrix& dX);
 };
 struct FeedForward {
-    Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2
+    Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2 (none: --no-bias)
     Pointwise act{"relu", relu, relu_backward};
     Matrix hidden;          // saved (n, d_ff): x W_1 + b_1, the activation's input
 
     FeedForward() = default;
-    FeedForward(int d_model, int d_ff, Pointwise act, Rng& rng)
-        : W_1(d_model, d_ff, true, rng), W_2(d_ff, d_model, true, rng), act(act) {}
+    FeedForward(int d_model, int d_ff, Pointwise act, bool bias, Rng& rng)
+        : W_1(d_model, d_ff, bias, rng), W_2(d_ff, d_model, bias, rng), act(act) {}
     void list_parameters(const std::string& name, ParamList& list) {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
@@ -911,9 +915,9 @@ struct SwiGLU {
 
     static int width(int d_ff) { return std::max(1, (2 * d_ff + 1) / 3); }  // d_h: 2 d_ff / 3, rounded
     SwiGLU() = default;
-    SwiGLU(int d_model, int d_ff, Rng& rng)
-        : W_1(d_model, width(d_ff), true, rng), W_2(width(d_ff), d_model, true, rng),
-          W_3(d_model, width(d_ff), true, rng) {}
+    SwiGLU(int d_model, int d_ff, bool bias, Rng& rng)
+        : W_1(d_model, width(d_ff), bias, rng), W_2(width(d_ff), d_model, bias, rng),
+          W_3(d_model, width(d_ff), bias, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
@@ -964,9 +968,9 @@ using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
 inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
     switch (c.activation) {
-    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, rng)};
-    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, rng)};
-    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, rng)};
+    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};
+    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, !c.no_bias, rng)};
+    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, !c.no_bias, rng)};
     }
     return {};  // not reached
 }
@@ -1117,7 +1121,8 @@ struct Transformer {
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
     Norm final_norm;
-    Linear out;       // (d_model -> vocab), with bias; with tie_embeddings its W is empty: the table's transpose
+    Linear out;       // (d_model -> vocab), with bias (none: --no-bias); with tie_embeddings its W is empty: the
+                      // table's transpose
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
@@ -1148,7 +1153,7 @@ struct Transformer {
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
-        out = Linear(c.d_model, c.vocab, true, rng);
+        out = Linear(c.d_model, c.vocab, !c.no_bias, rng);  // (a bias draws nothing: the weights stay the same)
         if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
@@ -1250,7 +1255,7 @@ struct Transformer {
         for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
         final_norm.list_parameters("final_norm", list);
         if (!config.tie_embeddings) list.push_back({"out.W", &out.W});  // tied: the table, listed once above
-        list.push_back({"out.b", &out.b});
+        if (!out.b.value.empty()) list.push_back({"out.b", &out.b});
         return list;
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
@@ -1261,10 +1266,12 @@ struct Transformer {
 // so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
 inline Matrix Transformer::tied_output(const Matrix& h) {
     out.x = h;  // saved for the backward, as Linear::forward saves it
-    return add_row(matmul_bt_fast(h, embed.table.value), out.b.value);
+    const Param& table = embed.table;  // quantized (inference only): the table's integers, row by row
+    Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value) : quantized_product_fast(h, table.quantized[0]);
+    return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
 }
 inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
-    add_row_backward(d_logits, out.b.grad);  // forward: + b
+    if (!out.b.value.empty()) add_row_backward(d_logits, out.b.grad);  // forward: + b
     Matrix dh(out.x.rows, out.x.cols);
     // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
     matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);

@@ -75,6 +75,7 @@ class ModelConfig:  # struct ModelConfig
     kv_heads: int = 0              # key-value heads (grouped-query attention); 0: n_heads
     arch: str = "encoder-decoder"  # encoder-decoder | decoder-only
     attention: str = "plain"       # plain | flash: how sorter trains it; here, flash runs PyTorch's own
+    no_bias: bool = False          # no bias in the feed-forward and the output projection (Llama's)
 
     def key_value_heads(self):
         return self.kv_heads or self.n_heads
@@ -247,9 +248,10 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
     def __init__(self, c):
         self.swiglu = choose("activation", c.activation, {"relu": False, "gelu": False, "swiglu": True})
         hidden = (2 * c.d_ff + 1) // 3 if self.swiglu else c.d_ff  # SwiGLU::width(): 2 d_ff / 3
-        self.W_1 = Linear(c.d_model, hidden, bias=True)  # (d_model -> hidden)
-        self.W_2 = Linear(hidden, c.d_model, bias=True)  # (hidden -> d_model)
-        self.W_3 = Linear(c.d_model, hidden, bias=True) if self.swiglu else None  # SwiGLU's partner
+        bias = not c.no_bias
+        self.W_1 = Linear(c.d_model, hidden, bias=bias)  # (d_model -> hidden)
+        self.W_2 = Linear(hidden, c.d_model, bias=bias)  # (hidden -> d_model)
+        self.W_3 = Linear(c.d_model, hidden, bias=bias) if self.swiglu else None  # SwiGLU's partner
         self.act = {"relu": torch.relu, "gelu": F.gelu, "swiglu": F.silu}[c.activation]  # F.gelu: x Phi(x), no tanh
 
     def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., hidden)
@@ -260,7 +262,8 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
     def params(self, name):
         p = [(f"{name}.W_1", self.W_1.W), (f"{name}.b_1", self.W_1.b),
              (f"{name}.W_2", self.W_2.W), (f"{name}.b_2", self.W_2.b)]
-        return p + ([(f"{name}.W_3", self.W_3.W), (f"{name}.b_3", self.W_3.b)] if self.swiglu else [])
+        p += [(f"{name}.W_3", self.W_3.W), (f"{name}.b_3", self.W_3.b)] if self.swiglu else []
+        return [(n, t) for n, t in p if t is not None]  # --no-bias: no b_1, b_2, b_3
 
 
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
@@ -325,7 +328,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]  # none when decoder-only
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
         self.final_norm = LayerNorm(c.d_model, c.rms_norm)
-        self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
+        self.out = Linear(c.d_model, c.vocab, bias=not c.no_bias)  # (d_model -> V)
         self.keep = {}  # dropout's factors by sorter's names, for one replayed step (replay_masks)
         if c.tie_embeddings:  # output(): logits = h table^T + b; autograd sums the table's three uses
             self.out.W = None
@@ -348,7 +351,11 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         for block in self.decoder:
             y = block(y, memory, causal, padding_allowed(source))
         h = self.final_norm(y)
-        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
+        return self.out(h) if self.out.W is not None else self.tied(h)
+
+    def tied(self, h):  # tied_output(): logits = h table^T (+ b)
+        logits = h @ self.embed.table.T
+        return logits if self.out.b is None else logits + self.out.b
 
     def read_whole(self, source, target_in):  # read_whole(): decoder-only, source + START + answer, one sequence
         S = source.shape[1]
@@ -362,7 +369,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         for block in self.decoder:
             y = block(y, None, allowed, None)
         h = self.final_norm(y[:, S:])  # the answer's rows, from START on
-        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
+        return self.out(h) if self.out.W is not None else self.tied(h)
 
     def forward(self, source, target_in):
         if self.config.arch == "decoder-only":
@@ -399,7 +406,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
             p += block.params(f"decoder.{i}")
         p += self.final_norm.params("final_norm")
         p += [("out.W", self.out.W)] if self.out.W is not None else []
-        p += [("out.b", self.out.b)]
+        p += [("out.b", self.out.b)] if self.out.b is not None else []  # --no-bias: none
         return p
 
 
@@ -558,7 +565,8 @@ def config_from_header(h):
                        tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE),  # 0 before v3
                        rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
                        kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"),
-                       attention=h.get("attention", "plain"))  # version 7 on
+                       attention=h.get("attention", "plain"),  # version 7 on
+                       no_bias=choose("no_bias", h.get("no_bias", "0"), ZERO_ONE))  # version 7 on
 
 
 def model_from_checkpoint(ck):
@@ -665,6 +673,8 @@ VARIANTS = [  # (name, sorter flags)
     ("decoder-only, learned, dropout", ["--arch", "decoder-only", "--pos", "learned", "--dropout", "0.1",
                                         "--attn-dropout", "0.1", "--task", "reverse"]),
     ("decoder-only, alibi, post-norm", ["--arch", "decoder-only", "--pos", "alibi", "--norm", "post", "--min-len", "3"]),
+    ("no bias", ["--no-bias"]),
+    ("no bias, tied embeddings", ["--no-bias", "--tie-embeddings"]),
     ("llama (4 heads on 2), 2 layers", ["--llama", "--heads", "4", "--dec-layers", "2", "--min-len", "2",
                                         "--dropout", "0.1", "--optimizer", "adam"]),
     ("flash", ["--attention", "flash", "--min-len", "2"]),

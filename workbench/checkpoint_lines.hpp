@@ -118,6 +118,13 @@ inline const std::vector<SettingRow>& header_table() {
          },
          [](const Settings& s) { return s.model.key_value_heads() != s.model.n_heads ? 6 : 0; }},
         model_choice_since("attention", 7, ATTENTION_NAMES, &M::attention),  // flash: version 7
+        model_switch_setting("no_bias", 7, &M::no_bias),
+        {"bits", 7, [](const Settings& s) { return std::to_string(s.model.bits); },
+         [](Settings& s, WordReader& r) {  // 0: float64; 2 to 8: quantized (quantize.hpp)
+             s.model.bits = int(r.whole("bits", 0, 8));
+             if (s.model.bits == 1) r.error("bits 1: a quantized model has 2 to 8 bits (0: float64)");
+         },
+         [](const Settings& s) { return s.model.bits > 0 ? 7 : 0; }},
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),

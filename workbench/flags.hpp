@@ -46,6 +46,7 @@ struct Options {
     bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // one of DEMO_NAMES
+    int quantize_bits = 0;  // --quantize: the loaded model's matrices to this many bits (0: none)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;

@@ -63,7 +63,8 @@ TEST_CASE("web: a checkpoint's command line") {
     web_answer(lab, "train", "", 3);
     Lab other;
     std::string loaded = web_answer(other, "load", lab.checkpoint(), 0);
-    CHECK(contains(loaded, "\"command\":\"--heads 4 --arch decoder-only --pos rope --act swiglu --rmsnorm --kv-heads 2\""));
+    CHECK(contains(loaded, "\"command\":\"--heads 4 --arch decoder-only --pos rope --act swiglu --rmsnorm --kv-heads 2 "
+                           "--no-embed-scale --no-bias\""));
     CHECK(contains(loaded, "\"arch\":\"decoder-only\""));
     CHECK(contains(web_answer(lab, "start", "--optimizer adam --lr 0.01 --steps 3", 0),
                    "\"command\":\"--lr 0.01 --optimizer adam\""));
