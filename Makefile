@@ -7,6 +7,7 @@
 #   make course      run every command pasted in README.md and docs/*.md again; fail if an output drifted
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
+#   make attention-cost  plain attention against --attention flash: a step's memory and time, T = 64 .. 1024
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, on one thread and on all cores (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
@@ -51,7 +52,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck exercises exercise check course check-report sanitize bench reference compare fuzz signals clean doctest web check-web
+.PHONY: all test gradcheck exercises exercise check course check-report sanitize bench attention-cost reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -161,6 +162,10 @@ check-report: sorter
 bench: sorter
 	./sorter --bench
 
+# About 5 minutes: docs/performance.md's table of attention in tiles, and its plot (docs/attention-cost.svg).
+attention-cost: sorter
+	docs/attention-cost
+
 # The PyTorch twin runs on the first python3 that has PyTorch: PYTHON when you set it, else python3 on
 # your PATH, else /usr/bin/python3 (Debian's python3-torch is built for Debian's own python3). Without
 # one, the targets say how to get it and skip (make test never needs PyTorch).
@@ -195,6 +200,13 @@ fuzz: $(FUZZ_TARGETS:%=fuzz/fuzz-%)
 	  if [ $$status -ne 0 ]; then tail -n 40 fuzz/work/$$t.log; echo "make fuzz: $$t failed"; exit 1; fi; \
 	done
 
+# make maths: matrix.hpp's maths::exp, log, sin, cos and pow against the C library, a million points a range:
+# the worst error in ulps, the share correctly rounded, and the time of a call (docs/performance.md).
+maths: fuzz/maths
+	fuzz/maths
+fuzz/maths: fuzz/maths.cpp matrix.hpp Makefile
+	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ fuzz/maths.cpp
+
 # make web: sorter.html, one page that trains sorter in the browser: workbench/web.html around the WebAssembly
 # build of workbench/web.hpp (the same sources), inlined, so that the page opens from a file, offline. Needs
 # emscripten (Debian: apt-get install emscripten). NODE_PATH: where Debian keeps the JavaScript parser em++ uses.
@@ -213,11 +225,12 @@ sorter.html: workbench/web.html $(HEADERS) $(WORKBENCH) Makefile
 	  workbench/web.html > $@.tmp && mv $@.tmp $@ && rm -f sorter-web.js
 	@echo "wrote $@ ($$(wc -c < $@) bytes): open it in a browser"
 
-# sorter.html in headless Chromium (docs/check-web; needs node and chromium): it trains the default model to the
-# end, offline; no console error, 100% at the end, ./sorter's figures beside the page's, screenshots to look at.
+# sorter.html in headless Chromium (docs/check-web; needs node and chromium): the default run, row for row as
+# ./sorter's, a run that diverges, a checkpoint opened, the pace, the layouts of a classroom; screenshots to look
+# at, in DIR (make check-web DIR=folder; default /tmp/sorter-web-check).
 check-web: sorter sorter.html
 	@command -v node >/dev/null || { echo "make check-web needs node (Debian: sudo apt-get install nodejs)"; exit 1; }
-	@docs/check-web
+	@docs/check-web $(DIR)
 
 # fuzz/signals.sh: SIGNAL_RUNS gives the runs of SIGINT, SIGTERM, SIGHUP and SIGKILL (about 5 s each), then of each of
 # SIGINT, SIGTERM and SIGHUP at a loaded model that trains no further (about 2 s each).
@@ -226,6 +239,6 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* \
+	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* fuzz/maths \
 	  exercise-check \
 	  sorter.html sorter-web.js

@@ -32,6 +32,7 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
     if (o.help) print_help();
     else if (o.bench) run_bench(o);
     else if (o.speed) run_speed(o);
+    else if (o.step_cost) run_step_cost(o);
     else if (o.demo == "scale") demo_scale();
     else if (o.demo == "softmax") demo_softmax();
     else if (o.demo == "gradcheck") demo_gradcheck();
@@ -50,6 +51,14 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     if (o.load_path.empty()) return Transformer(o.model, o.seed);
     const long steps = o.train.steps;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
+    if (model.config.bits > 0 && (steps > 0 || o.finish))  // (--quantize with training is refused by parse_options)
+        fail(fmt("--load %s holds a model quantized to %d bits, which cannot train: train the float model it was "
+                 "quantized from (the --load file given to --quantize), then quantize it again", o.load_path.c_str(),
+                 model.config.bits));
+    if (o.quantize_bits > 0 && model.config.bits > 0)
+        fail(fmt("--quantize %d: --load %s is quantized already (%d bits); quantize the float model it came from",
+                 o.quantize_bits, o.load_path.c_str(), model.config.bits));
+    if (o.quantize_bits > 0) quantize_model(model, o.quantize_bits);  // workbench/quantize.hpp
     reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
     o.model = model.config;
     o.train.steps = o.finish ? steps_left(o.load_path, origin, state.updates) : steps;

@@ -28,10 +28,12 @@ enum class Positions { sinusoidal, learned, none, random, rope, alibi };  // how
                                                                           // the embeddings add, none, or in attention
 enum class Activation { relu, gelu, swiglu };
 enum class Arch { encoder_decoder, decoder_only };
+enum class Attention { plain, flash };  // how training computes attention: the weights whole, or in tiles
 const std::vector<std::string> NORM_PLACE_NAMES = {"pre", "post"};
 const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
 const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
 const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
+const std::vector<std::string> ATTENTION_NAMES = {"plain", "flash"};
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
@@ -46,6 +48,8 @@ struct ModelConfig {
     Positions positions = Positions::sinusoidal;
     Activation activation = Activation::relu;
     bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
+    bool no_bias = false;     // no bias in the feed-forward and the output projection (Llama's; attention has none)
+    int bits = 0;             // inference only: a quantized model's weight width (--quantize, matrix.hpp); 0: float64
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
@@ -53,6 +57,7 @@ struct ModelConfig {
     int kv_heads_asked = 0;       // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
     int key_value_heads() const { return kv_heads_asked > 0 ? kv_heads_asked : n_heads; }  // how many there are
     Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
+    Attention attention = Attention::plain;  // flash: training's attention in tiles (the same numbers, less memory)
 };
 // The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
 // as one sequence, twice as long (every task's answer is as long as its input).
@@ -95,6 +100,15 @@ inline bool lowers_scores_by_distance(Positions positions) {
     }
     return false;  // not reached
 }
+// Whether training computes attention tile by tile (flash), never holding a (T, S) matrix; outside training, and
+// for the maps, attention is plain.
+inline bool attends_in_tiles(Attention attention) {
+    switch (attention) {
+    case Attention::flash: return true;
+    case Attention::plain: return false;
+    }
+    return false;  // not reached
+}
 // Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
 inline bool draws_position_rows(Positions positions) {
     switch (positions) {
@@ -130,7 +144,9 @@ struct Linear {
     }
     Matrix forward(const Matrix& in) {
         x = in;
-        return b.value.empty() ? matmul_fast(x, W.value) : add_row(matmul_fast(x, W.value), b.value);
+        Matrix y = W.quantized.empty() ? matmul_fast(x, W.value)
+                                       : quantized_product_fast(x, W.quantized[0]);  // inference only: --quantize
+        return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
@@ -178,8 +194,8 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     for (int pos = 0; pos < max_len; pos++)
         for (int c = 0; c < d_model; c++) {
             int two_i = c - c % 2;  // columns 2i and 2i+1 share one frequency
-            double angle = pos / std::pow(10000.0, double(two_i) / d_model);
-            pe.at(pos, c) = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+            double angle = pos / maths::pow(10000.0, double(two_i) / d_model);
+            pe.at(pos, c) = c % 2 == 0 ? maths::sin(angle) : maths::cos(angle);
         }
     return pe;
 }
@@ -286,10 +302,42 @@ inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& source
     return m;
 }
 
+// The model's masks said as a rule, for n_seq sequences of T queries and S keys: query i of a sequence may not
+// see key j when the rule is causal and j > i, nor when j is one of its source's PADs (pad_sources[e], sequence
+// e's source, whose keys come first: the encoder's, the memory's, or a decoder-only sequence's first S). A mask
+// written out (given, (n_seq T, S): 1 = may attend), as the tests and decoding write them, is a Mask too. Plain
+// attention writes one sequence's (T, S) out at a time (of_sequence); attention in tiles asks the rule as it goes.
+struct Mask {
+    Matrix given;                               // (n_seq T, S), or empty: the rule decides
+    bool causal = false;                        // the rule: a query sees no key after its own position
+    std::vector<std::vector<int>> pad_sources;  // the rule: each sequence's source, whose PADs are hidden (or none)
+    Mask() = default;
+    Mask(Matrix written) : given(std::move(written)) {}  // implicit: a matrix is a mask
+    Mask(bool causal, std::vector<std::vector<int>> pad_sources) : causal(causal), pad_sources(std::move(pad_sources)) {}
+
+    bool sees(int e, int T, int i, int j) const {  // may query i of sequence e (of T) see key j
+        if (!given.empty()) return given.at(e * T + i, j) != 0.0;
+        return !(causal && j > i) && !pad_key(e, j);
+    }
+    bool pad_key(int e, int j) const {  // by the rule, key j of sequence e is one of its source's PADs
+        return !pad_sources.empty() && j < int(pad_sources[e].size()) && pad_sources[e][j] == PAD;
+    }
+    Matrix of_sequence(int e, int T, int S) const {  // sequence e's mask (T, S); empty when every key is seen
+        if (!given.empty()) return take_block(given, e * T, T, 0, S);
+        if (!causal && pad_sources.empty()) return Matrix();
+        Matrix m(T, S);
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < S; j++) m.at(i, j) = sees(e, T, i, j) ? 1.0 : 0.0;
+        return m;
+    }
+};
+
 struct SavedAttention {  // what one head of one sequence saved for its backward
-    Matrix Q, K, V;  // the inputs: (T, d_k), (S, d_k), (S, d_k)
-    Matrix P;        // the attention weights (T, S); row i says where query i looked
-    Matrix D, keep;  // attention dropout only: D = dropout(P) (T, S), which meets V, and its factors
+    Matrix Q, K, V;          // the inputs: (T, d_k), (S, d_k), (S, d_k)
+    Matrix P;                // the attention weights (T, S); row i says where query i looked
+    Matrix P_dropped, keep;  // attention dropout only: dropout(P) (T, S), which meets V, and its factors
+    Matrix O;                // attention in tiles only (its section, below): the output (T, d_k) and, a query row
+    std::vector<double> L;   // each, L = m + log l (T); no P
 };
 
 // A blocked score becomes -1e9, a large negative number, never -inf or NaN: after the row max
@@ -316,19 +364,19 @@ inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, SavedA
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
     Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
     Matrix P = attention_weights(std::move(scores), mask, alibi_slope, first_query);  // (T, S)
-    saved = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix()};
-    if (dropout_draws && p > 0.0) saved.D = dropout(saved.P, p, dropout_draws, saved.keep);
-    return matmul_fast(saved.keep.empty() ? saved.P : saved.D, saved.V);  // (T, d_k)
+    saved = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix(), Matrix(), {}};
+    if (dropout_draws && p > 0.0) saved.P_dropped = dropout(saved.P, p, dropout_draws, saved.keep);
+    return matmul_fast(saved.keep.empty() ? saved.P : saved.P_dropped, saved.V);  // (T, d_k)
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix& dQ, Matrix& dK,
                                Matrix& dV) {
     // exercise attention: begin (uses dO c dQ dK dV)
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(c.Q.cols));
-    // forward: O = P V, or with attention dropout O = D V, D = dropout(P)
-    Matrix dD(c.P.rows, c.P.cols);
-    matmul_backward_fast(dO, c.keep.empty() ? c.P : c.D, c.V, dD, dV);
-    Matrix dP = dropout_backward(std::move(dD), c.keep);
+    // forward: O = P V, or with attention dropout O = P_dropped V, P_dropped = dropout(P)
+    Matrix dP_dropped(c.P.rows, c.P.cols);
+    matmul_backward_fast(dO, c.keep.empty() ? c.P : c.P_dropped, c.V, dP_dropped, dV);
+    Matrix dP = dropout_backward(std::move(dP_dropped), c.keep);
     // forward: P = softmax_rows(scores). A masked score was replaced by a constant, so it gets no
     // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0.
     Matrix d_scores(c.P.rows, c.P.cols);
@@ -350,14 +398,14 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 // sees only how far apart they are.
 //   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
 inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
-    return double(pos) / std::pow(10000.0, 2.0 * i / d_k);
+    return double(pos) / maths::pow(10000.0, 2.0 * i / d_k);
 }
 inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
     Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
     for (int t = 0; t < L; t++)
         for (int i = 0; i < d_k / 2; i++) {
             double angle = sign * rotary_angle(first + t, i, d_k);
-            cosine.at(t, i) = std::cos(angle), sine.at(t, i) = std::sin(angle);
+            cosine.at(t, i) = maths::cos(angle), sine.at(t, i) = maths::sin(angle);
         }
     for (int r = 0; r < X.rows; r++)
         for (int col = 0; col + 1 < X.cols; col += 2) {
@@ -385,9 +433,220 @@ inline std::vector<double> alibi_slopes_of(int n) {
     int n0 = 1;
     while (n0 * 2 <= n) n0 *= 2;
     std::vector<double> m;
-    for (int h = 1; h <= n0; h++) m.push_back(std::pow(2.0, -8.0 * h / n0));
-    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(std::pow(2.0, -4.0 * h / n0));
+    for (int h = 1; h <= n0; h++) m.push_back(maths::pow(2.0, -8.0 * h / n0));
+    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(maths::pow(2.0, -4.0 * h / n0));
     return m;
+}
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Attention in tiles (--attention flash; FlashAttention-2, Dao 2023), in training: the O attention() gives, within
+// rounding, without ever holding a (T, S) matrix. attention() keeps P (T, S) for its backward, as large as T x S for
+// every head of every sequence of every layer (at T = S = 1024, 8 sequences, 4 heads, 2 layers: 512 MB). Here the
+// queries go a tile of FLASH_QUERIES rows at a time, and each walks the keys a tile of FLASH_KEYS at a time,
+// keeping for each query row its running max m, running sum l and output so far, unnormalised (the online
+// softmax). Only O and one number a row, L = m + log l, are saved; the backward makes each tile of P again
+// from Q, K and L, since exp(score - L) = exp(score - m) / l is the weight itself.
+// It lives here, a section a first reading skips: the math is attention()'s, and this is how to compute it in
+// less memory; the forward and backward stand side by side, each line of the backward naming the forward's it
+// undoes. Masks are asked of the rule tile by tile (Mask::sees); a tile every one of whose keys is hidden from
+// every one of its queries is skipped (half the tiles, under the causal mask), unless one of its query rows sees
+// no key at all: attention() gives such a row equal weights on every key (all its scores are MASKED), and so
+// does this, by walking all of that row's tiles, its keys scored 0 rather than MASKED (the same equal weights,
+// and L = log S keeps its digits, where MASKED + log S would round away the last 1e-7 of them).
+//
+// Tile sizes: a tile's working set is its queries' rows (FLASH_QUERIES x d_k), its keys' and values' rows
+// (2 FLASH_KEYS x d_k), and its scores (FLASH_QUERIES x FLASH_KEYS), all doubles; it should fit the core's first
+// cache (32 to 48 KiB today) with room for the running output: 32 x 32 at d_k = 16 is 4 + 8 + 8 KiB. Larger d_k:
+// halve FLASH_QUERIES; a smaller cache: halve both. Smaller tiles also let the causal mask skip more (at T = 64,
+// one tile in four); larger ones pay less a tile. Any sizes give the same numbers within rounding (tests.cpp runs
+// tiles that do not divide T, and T smaller than a tile); only speed changes (docs/performance.md).
+constexpr int FLASH_QUERIES = 32, FLASH_KEYS = 32;
+
+// Attention dropout, in tiles: the backward must drop the very weights the forward dropped, without a (T, S)
+// mask kept. So each weight's draw is numbered by where it sits, counter = first + i S + j, and taken straight
+// from the stream: draw number `counter` of Rng(seed) (splitmix64 steps its state by a constant, so the
+// counter-th state is seed + counter x that constant, reached without drawing the ones before it). The same entry
+// gives the same draw in forward and backward, on any thread. Returns the entry's factor, 0 or 1 / (1 - p).
+inline double dropout_factor_at(uint64_t seed, uint64_t counter, double p) {
+    Rng stream(seed + counter * 0x9E3779B97F4A7C15ull);  // Rng's constant: next() is draw number `counter`
+    return stream.uniform() < p ? 0.0 : 1.0 / (1.0 - p);
+}
+struct TileDropout {  // one head's: p 0 drops nothing
+    double p = 0.0;
+    uint64_t seed = 0, first = 0;  // the forward's draw from the model's stream, and this head's first counter
+    int S = 0;                     // keys a row
+    double factor(int i, int j) const { return p > 0.0 ? dropout_factor_at(seed, first + uint64_t(i) * S + j, p) : 1.0; }
+};
+
+// What a tile's queries see of its keys, by the rule: none, all, or some (then key by key).
+enum class TileSight { none, all, some };
+inline TileSight tile_sight(const Mask& mask, int e, int T, int i0, int i1, int j0, int j1) {
+    if (!mask.given.empty()) {  // written out: ask each pair
+        int seen = 0;
+        for (int i = i0; i < i1; i++)
+            for (int j = j0; j < j1; j++) seen += mask.sees(e, T, i, j);
+        return seen == 0 ? TileSight::none : seen == (i1 - i0) * (j1 - j0) ? TileSight::all : TileSight::some;
+    }
+    int pads = 0;  // the rule: PAD keys hide a column of the tile, the causal rule its upper corner
+    for (int j = j0; j < j1; j++) pads += mask.pad_key(e, j);
+    if (pads == j1 - j0 || (mask.causal && j0 > i1 - 1)) return TileSight::none;
+    return pads == 0 && (!mask.causal || j1 - 1 <= i0) ? TileSight::all : TileSight::some;
+}
+// For each of queries i0 .. i1-1, whether it sees no key at all (then its tiles are all walked: see above).
+inline std::vector<char> rows_seeing_nothing(const Mask& mask, int e, int T, int S, int i0, int i1) {
+    std::vector<char> blind(i1 - i0, 1);
+    for (int i = i0; i < i1; i++)
+        for (int j = 0; j < S && blind[i - i0]; j++) blind[i - i0] = !mask.sees(e, T, i, j);
+    return blind;
+}
+inline bool any_of(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
+
+// out[c] = sum over p of a[p] B[p][j0 + c], c = 0 .. w-1, B (d_k, S) a transposed K or V: each sum in order of p. A
+// whole tile's row (w = FLASH_KEYS, known when compiled) is summed in registers; a short last tile, in place.
+inline void row_times(const double* a, const Matrix& B, int j0, int w, double* out) {
+    if (w == FLASH_KEYS) {
+        double sum[FLASH_KEYS] = {};
+        for (int p = 0; p < B.rows; p++) {
+            const double* b = &B.data[std::size_t(p) * B.cols + j0];
+            for (int c = 0; c < FLASH_KEYS; c++) sum[c] += a[p] * b[c];
+        }
+        for (int c = 0; c < FLASH_KEYS; c++) out[c] = sum[c];
+        return;
+    }
+    for (int c = 0; c < w; c++) out[c] = 0.0;
+    for (int p = 0; p < B.rows; p++) {
+        const double* b = &B.data[std::size_t(p) * B.cols + j0];
+        for (int c = 0; c < w; c++) out[c] += a[p] * b[c];
+    }
+}
+
+// The scores of queries i0 .. i1-1 and keys j0 .. j1-1, as attention() and attention_weights make them:
+// Q K^T / sqrt(d_k) (each a sum over d_k in order), ALiBi's penalty, MASKED where the mask hides the key (0 in
+// a row that sees nothing: blind[r]). Kt (d_k, S) is K transposed, so a row of scores is summed across its keys
+// side by side (vector lanes). s: row r of the tile at s[r * FLASH_KEYS].
+inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int e, double alibi_slope, int i0,
+                        int i1, int j0, int j1, TileSight sight, const std::vector<char>& blind, double* s) {
+    const int d_k = Q.cols, w = j1 - j0;
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
+    for (int r = 0; r < i1 - i0; r++) {
+        double* row = s + r * FLASH_KEYS;
+        row_times(&Q.data[std::size_t(i0 + r) * d_k], Kt, j0, w, row);  // q_i . k_j
+        for (int c = 0; c < w; c++) row[c] *= inv_sqrt_dk;
+        if (alibi_slope > 0.0)
+            for (int c = 0; c < w; c++) row[c] -= alibi_slope * std::abs(i0 + r - (j0 + c));
+        if (sight != TileSight::all)
+            for (int c = 0; c < w; c++)
+                if (!mask.sees(e, Q.rows, i0 + r, j0 + c)) row[c] = blind[r] ? 0.0 : MASKED;
+    }
+}
+
+// attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
+// Saves Q, K, V, O and L; no P.
+inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
+                              const TileDropout& dropped, double alibi_slope = 0.0) {
+    const int T = Q.rows, S = K.rows, d_k = Q.cols;
+    const Matrix Kt = transpose(K);  // (d_k, S)
+    Matrix O(T, d_k);                // row i: query i's output so far, unnormalised (divided by l at the end)
+    std::vector<double> L(T), s(FLASH_QUERIES * FLASH_KEYS), m(FLASH_QUERIES), l(FLASH_QUERIES);
+    for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) {  // a tile of queries: i0 .. i1-1
+        const int i1 = std::min(T, i0 + FLASH_QUERIES);
+        const std::vector<char> blind = rows_seeing_nothing(mask, e, T, S, i0, i1);
+        const bool walk_all = any_of(blind);
+        std::fill(m.begin(), m.end(), -HUGE_VAL), std::fill(l.begin(), l.end(), 0.0);  // no key seen yet
+        for (int j0 = 0; j0 < S; j0 += FLASH_KEYS) {  // a tile of keys: j0 .. j1-1
+            const int j1 = std::min(S, j0 + FLASH_KEYS);
+            const TileSight sight = tile_sight(mask, e, T, i0, i1, j0, j1);
+            if (sight == TileSight::none && !walk_all) continue;  // every weight here is exactly 0
+            tile_scores(Q, Kt, mask, e, alibi_slope, i0, i1, j0, j1, sight, blind, s.data());
+            for (int r = 0; r < i1 - i0; r++) {
+                const double* row = &s[std::size_t(r) * FLASH_KEYS];
+                double* o = &O.data[std::size_t(i0 + r) * d_k];
+                double m_new = m[r];  // m_new = max(m, this tile's scores)
+                for (int c = 0; c < j1 - j0; c++) m_new = std::max(m_new, row[c]);
+                const double rescale = maths::exp(m[r] - m_new);  // what was summed against m, now against m_new
+                l[r] *= rescale;                                 // (the first tile: exp(-inf) = 0 times 0)
+                for (int p = 0; p < d_k; p++) o[p] *= rescale;
+                for (int c = 0; c < j1 - j0; c++) {
+                    const double weight = maths::exp(row[c] - m_new);  // softmax's top, against the max so far
+                    l[r] += weight;                                   // its bottom: l = sum of exp(score - m)
+                    const double w = weight * dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V
+                    const double* v = &V.data[std::size_t(j0 + c) * d_k];
+                    for (int p = 0; p < d_k; p++) o[p] += w * v[p];
+                }
+                m[r] = m_new;
+            }
+        }
+        for (int r = 0; r < i1 - i0; r++) {
+            for (int p = 0; p < d_k; p++) O.at(i0 + r, p) /= l[r];  // O = (sum of exp(score - m) v) / l
+            L[i0 + r] = m[r] + maths::log(l[r]);                      // L = m + log l: log of softmax's bottom
+        }
+    }
+    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(L)};
+    return O;
+}
+// Undo flash_attention, tile by tile, as FlashAttention-2 does: the keys' tiles outside (each tile's dK, dV sum
+// over every query tile), the queries' inside. Adds into dQ (T, d_k), dK, dV (S, d_k).
+//
+// Why D = rowsum(dO * O) is rowsum(P * dP): attention_backward's softmax step needs, for each row, the row term
+// sum_j P_ij dP_ij (softmax_rows_backward). A tile sees only its own keys, so it cannot sum a row; but
+// dP_ij = dO_i . v_j, so sum_j P_ij dP_ij = dO_i . (sum_j P_ij v_j) = dO_i . O_i, one dot product a row, known
+// before any tile is made. With dropout, P_ij meets v_j as P_ij keep_ij and dP_ij = keep_ij (dO_i . v_j): the same
+// sum, so the same D.
+inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, const Mask& mask, int e,
+                                     const TileDropout& dropped, double alibi_slope, Matrix& dQ, Matrix& dK,
+                                     Matrix& dV) {
+    const int T = c.Q.rows, S = c.K.rows, d_k = c.Q.cols;
+    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
+    const Matrix Kt = transpose(c.K), Vt = transpose(c.V);  // (d_k, S)
+    std::vector<double> D(T, 0.0), s(FLASH_QUERIES * FLASH_KEYS);
+    for (int i = 0; i < T; i++)  // D = rowsum(dO * O): each row's sum_j P_ij dP_ij (above)
+        for (int p = 0; p < d_k; p++) D[i] += dO.at(i, p) * c.O.at(i, p);
+    std::vector<std::vector<char>> blind;  // each query tile's rows that see nothing, as forward found them
+    for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) blind.push_back(rows_seeing_nothing(mask, e, T, S, i0, std::min(T, i0 + FLASH_QUERIES)));
+    for (int j0 = 0; j0 < S; j0 += FLASH_KEYS) {
+        const int j1 = std::min(S, j0 + FLASH_KEYS), w = j1 - j0;
+        for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) {
+            const int i1 = std::min(T, i0 + FLASH_QUERIES);
+            const std::vector<char>& blind_rows = blind[i0 / FLASH_QUERIES];
+            const TileSight sight = tile_sight(mask, e, T, i0, i1, j0, j1);
+            if (sight == TileSight::none && !any_of(blind_rows)) continue;  // skipped, as forward skipped it
+            // forward: the scores, as tile_scores made them
+            tile_scores(c.Q, Kt, mask, e, alibi_slope, i0, i1, j0, j1, sight, blind_rows, s.data());
+            for (int r = 0; r < i1 - i0; r++) {
+                const int i = i0 + r;
+                double* row = &s[std::size_t(r) * FLASH_KEYS];
+                const double* dO_i = &dO.data[std::size_t(i) * d_k];
+                double dP[FLASH_KEYS];
+                for (int col = 0; col < w; col++) {
+                    const double P = maths::exp(row[col] - c.L[i]);  // forward: weight / l = exp(score - m) / l
+                    const double keep = dropped.factor(i, j0 + col);
+                    // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i     (dV += dropout(P)^T dO)
+                    double* dv = &dV.data[std::size_t(j0 + col) * d_k];
+                    for (int p = 0; p < d_k; p++) dv[p] += P * keep * dO_i[p];
+                    row[col] = P;
+                }
+                // forward: the same line, so dP_ij = keep_ij (dO_i . v_j)              (dP = dO V^T)
+                row_times(dO_i, Vt, j0, w, dP);
+                const double* q = &c.Q.data[std::size_t(i) * d_k];
+                double* dq = &dQ.data[std::size_t(i) * d_k];
+                for (int col = 0; col < w; col++) {
+                    const double keep = dropped.factor(i, j0 + col);
+                    // forward: weight = exp(score - m), summed into l: softmax_rows_backward, its row term D_i
+                    //          dS = P * (dP - D)
+                    const double dS = row[col] * (keep * dP[col] - D[i]);
+                    // forward: score = (q_i . k_j) / sqrt(d_k), so
+                    //          dQ_i += dS_ij k_j / sqrt(d_k),  dK_j += dS_ij q_i / sqrt(d_k)
+                    dP[col] = dS * inv_sqrt_dk;  // (dP's place reused)
+                }
+                for (int col = 0; col < w; col++) {
+                    const double g = dP[col], *k = &c.K.data[std::size_t(j0 + col) * d_k];
+                    double* dk = &dK.data[std::size_t(j0 + col) * d_k];
+                    for (int p = 0; p < d_k; p++) dq[p] += g * k[p];
+                    for (int p = 0; p < d_k; p++) dk[p] += g * q[p];
+                }
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,6 +666,10 @@ struct MultiHeadAttention {
     std::vector<double> alibi_slopes;   // --pos alibi, self-attention: head h's slope; else empty
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
+    bool tiled = false;                 // --attention flash, in training (Transformer::train): in tiles, no P
+    Mask seen;                          // in tiles: the mask forward was given, which backward asks again
+    double tile_p = 0.0;                // in tiles: this forward's attention dropout (0: none; kept for backward,
+    uint64_t tile_seed = 0;             // when dropout_draws is off again) and its one draw (TileDropout)
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
@@ -427,30 +690,44 @@ struct MultiHeadAttention {
     }
 
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
-    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Matrix& mask, int n_seq = 1) {
+    Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Mask& mask, int n_seq = 1) {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o.
     // (Decoding has its own, attend_kept, at the end of the file.)
-    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask, int n_seq) {
+    Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
+        const bool dropping = dropout_draws && attn_dropout > 0.0;
+        if (tiled) {  // in tiles: the mask kept as a rule, and one draw for the dropout's counters
+            seen = mask;
+            tile_p = dropping ? attn_dropout : 0.0;
+            tile_seed = dropping ? dropout_draws->next() : 0;
+        }
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
         // attention dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
-        const bool in_turn = dropout_draws && attn_dropout > 0.0;
+        const bool in_turn = dropping && !tiled;
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
-            Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
+            Matrix mask_e = tiled ? Matrix() : mask.of_sequence(e, T, S);  // (T, S); in tiles, none
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
-                Matrix O_h = attention(take_block(Q, e * T, T, col, d_k), take_block(K, e * S, S, kv_col, d_k),
-                                       take_block(V, e * S, S, kv_col, d_k), mask_e, saved[e * n_heads + h],
-                                       attn_dropout, dropout_draws, alibi_slopes.empty() ? 0.0 : alibi_slopes[h]);
+                const double slope = alibi_slopes.empty() ? 0.0 : alibi_slopes[h];
+                Matrix q = take_block(Q, e * T, T, col, d_k), k = take_block(K, e * S, S, kv_col, d_k),
+                       v = take_block(V, e * S, S, kv_col, d_k);
+                Matrix O_h = tiled ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e,
+                                                     saved[e * n_heads + h], tile_dropout(e, h, T, S), slope)
+                                   : attention(std::move(q), std::move(k), std::move(v), mask_e, saved[e * n_heads + h],
+                                               attn_dropout, dropout_draws, slope);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         });
         return W_o.forward(joined);
+    }
+    // In tiles, head h of sequence e's dropout: its weights' draws numbered from ((e n_heads + h) T) S on.
+    TileDropout tile_dropout(int e, int h, int T, int S) const {
+        return {tile_p, tile_seed, (uint64_t(e) * n_heads + h) * uint64_t(T) * uint64_t(S), S};
     }
     // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
     // (n_seq S, d_model), caller-zeroed.
@@ -458,14 +735,21 @@ struct MultiHeadAttention {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         int group = n_heads / kv_heads;
+        const bool in_tiles = !saved[0].L.empty();  // the forward ran in tiles: it saved L, not P
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        // exercise heads: begin (uses d_xq d_xkv group)
+        // exercise heads: begin (uses d_xq d_xkv group in_tiles)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-                // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
-                attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], dQ_h, dK_h, dV_h);
+                // attend: O_h = attention(...) (or flash_attention); add_into_block(O_h, e * T, col, joined)
+                if (in_tiles)
+                    flash_attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], seen, e,
+                                             tile_dropout(e, h, T, S), alibi_slopes.empty() ? 0.0 : alibi_slopes[h],
+                                             dQ_h, dK_h, dV_h);
+                else
+                    attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], dQ_h, dK_h,
+                                       dV_h);
                 // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The group's
                 // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
@@ -622,13 +906,13 @@ struct Pointwise {  // an activation, entry by entry, and its backward (matrix.h
     void (*backward)(const Matrix& dY, const Matrix& X, Matrix& dX);
 };
 struct FeedForward {
-    Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2
+    Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2 (none: --no-bias)
     Pointwise act{"relu", relu, relu_backward};
     Matrix hidden;          // saved (n, d_ff): x W_1 + b_1, the activation's input
 
     FeedForward() = default;
-    FeedForward(int d_model, int d_ff, Pointwise act, Rng& rng)
-        : W_1(d_model, d_ff, true, rng), W_2(d_ff, d_model, true, rng), act(act) {}
+    FeedForward(int d_model, int d_ff, Pointwise act, bool bias, Rng& rng)
+        : W_1(d_model, d_ff, bias, rng), W_2(d_ff, d_model, bias, rng), act(act) {}
     void list_parameters(const std::string& name, ParamList& list) {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
@@ -657,9 +941,9 @@ struct SwiGLU {
 
     static int width(int d_ff) { return std::max(1, (2 * d_ff + 1) / 3); }  // d_h: 2 d_ff / 3, rounded
     SwiGLU() = default;
-    SwiGLU(int d_model, int d_ff, Rng& rng)
-        : W_1(d_model, width(d_ff), true, rng), W_2(width(d_ff), d_model, true, rng),
-          W_3(d_model, width(d_ff), true, rng) {}
+    SwiGLU(int d_model, int d_ff, bool bias, Rng& rng)
+        : W_1(d_model, width(d_ff), bias, rng), W_2(width(d_ff), d_model, bias, rng),
+          W_3(d_model, width(d_ff), bias, rng) {}
     void list_parameters(const std::string& name, ParamList& list) {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
@@ -712,9 +996,9 @@ using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
 inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
     switch (c.activation) {
-    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, rng)};
-    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, rng)};
-    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, rng)};
+    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};
+    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, !c.no_bias, rng)};
+    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, !c.no_bias, rng)};
     }
     return {};  // not reached
 }
@@ -788,7 +1072,7 @@ struct EncoderBlock {
         attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = stream;
     }
 
-    Matrix forward(const Matrix& x, const Matrix& src_mask, int n_seq = 1) {  // n_seq sequences stacked
+    Matrix forward(const Matrix& x, const Mask& src_mask, int n_seq = 1) {  // n_seq sequences stacked
         Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
         return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
     }
@@ -831,7 +1115,7 @@ struct DecoderBlock {
     }
 
     // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, at the end of the file.)
-    Matrix forward(const Matrix& y, const Matrix& memory, const Matrix& causal, const Matrix& memory_mask,
+    Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
         if (!cross) return ffn_sub.forward(y1, [&](const Matrix& a) { return ffn.forward(a); });  // decoder-only
@@ -867,7 +1151,8 @@ struct Transformer {
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
     Norm final_norm;
-    Linear out;       // (d_model -> vocab), with bias; with tie_embeddings its W is empty: the table's transpose
+    Linear out;       // (d_model -> vocab), with bias (none: --no-bias); with tie_embeddings its W is empty: the
+                      // table's transpose
 
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
@@ -884,8 +1169,11 @@ struct Transformer {
     bool training = false;
     void train(bool on) {
         training = on;
+        const bool tiled = on && attends_in_tiles(config.attention);  // --attention flash: in training only
         for (EncoderBlock& block : encoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
         for (DecoderBlock& block : decoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
+        for (EncoderBlock& block : encoder) block.self_attn.tiled = tiled;
+        for (DecoderBlock& block : decoder) block.self_attn.tiled = block.cross_attn.tiled = tiled;
     }
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
 
@@ -895,7 +1183,7 @@ struct Transformer {
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
-        out = Linear(c.d_model, c.vocab, true, rng);
+        out = Linear(c.d_model, c.vocab, !c.no_bias, rng);  // (a bias draws nothing: the weights stay the same)
         if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
@@ -914,7 +1202,7 @@ struct Transformer {
         sources = srcs;
         int S = int(srcs[0].size());
         source_rows = rows_for(srcs, S);
-        Matrix src_mask = padding_mask(S, srcs);  // (n_seq S, S)
+        Mask src_mask(false, srcs);  // no query sees a PAD of its source (as padding_mask writes it out)
         Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
         x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), source_keep);
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
@@ -934,8 +1222,8 @@ struct Transformer {
         target_rows.assign(n_seq, {});
         for (int e = 0; e < n_seq; e++)
             for (int t = 0; t < T; t++) target_rows[e].push_back(target_row(source_rows[e], t));
-        Matrix memory_mask = padding_mask(T, srcs);                                  // (n_seq T, S)
-        Matrix causal = stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));  // (n_seq T, T)
+        Mask memory_mask(false, srcs);  // no PAD of the source (padding_mask, written out: (n_seq T, S))
+        Mask causal(true, {});          // nothing after the query (causal_mask, written out: (T, T) a sequence)
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
         y = dropout(std::move(y), config.dropout, embedding_dropout_draws(), target_keep);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
@@ -997,7 +1285,7 @@ struct Transformer {
         for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
         final_norm.list_parameters("final_norm", list);
         if (!config.tie_embeddings) list.push_back({"out.W", &out.W});  // tied: the table, listed once above
-        list.push_back({"out.b", &out.b});
+        if (!out.b.value.empty()) list.push_back({"out.b", &out.b});
         return list;
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
@@ -1008,10 +1296,12 @@ struct Transformer {
 // so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
 inline Matrix Transformer::tied_output(const Matrix& h) {
     out.x = h;  // saved for the backward, as Linear::forward saves it
-    return add_row(matmul_bt_fast(h, embed.table.value), out.b.value);
+    const Param& table = embed.table;  // quantized (inference only): the table's integers, row by row
+    Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value) : quantized_product_fast(h, table.quantized[0]);
+    return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
 }
 inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
-    add_row_backward(d_logits, out.b.grad);  // forward: + b
+    if (!out.b.value.empty()) add_row_backward(d_logits, out.b.grad);  // forward: + b
     Matrix dh(out.x.rows, out.x.cols);
     // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
     matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
@@ -1050,7 +1340,7 @@ inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
     whole_rows = rows_for(srcs, L);  // random positions: L rows drawn at once
     Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(whole_rows));  // (n_seq L, d_model)
     x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), whole_keep);
-    Matrix mask = causal_padding_mask(srcs, L, 0, L);  // (n_seq L, L)
+    Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
     for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
     Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
     for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));

@@ -275,6 +275,70 @@ TEST_CASE("error_function: erf within 1e-15, the same on every machine") {
     CHECK(worst > 0);  // not std::erf under another name
 }
 
+// maths::exp, log, sin, cos and pow against the C library's long double functions (64 bits on x86-64, 113 on
+// ARM64): the error, in units of the last place of the result, stays below 1 over 20,000 random points of each
+// range, so each result is within 1 ulp of the correctly rounded value. fuzz/maths.cpp (make maths) measures a
+// million points a range and the speed.
+double error_in_ulps(double ours, long double truth) {
+    const double below = std::nextafter(ours, 0.0), above = std::nextafter(ours, 2.0 * ours);
+    const long double ulp = std::fabs((long double)above - (long double)below) / 2;  // the spacing at ours
+    return double(std::fabs((long double)ours - truth) / ulp);
+}
+TEST_CASE("maths: exp, log, sin, cos and pow within 1 ulp, from + - * / alone") {
+    Rng rng(7);
+    auto worst = [&](double lo, double hi, auto ours, auto truth, bool log_uniform = false) {
+        double w = 0;
+        for (int i = 0; i < 20000; i++) {
+            double x = lo + (hi - lo) * rng.uniform();
+            if (log_uniform) x = std::exp(x);  // log's inputs: every size from 1e-300 to 1e300
+            w = std::max(w, error_in_ulps(ours(x), truth((long double)x)));
+        }
+        return w;
+    };
+    auto ours_exp = [](double x) { return maths::exp(x); };
+    auto ours_log = [](double x) { return maths::log(x); };
+    auto ours_sin = [](double x) { return maths::sin(x); };
+    auto ours_cos = [](double x) { return maths::cos(x); };
+    auto exp_l = [](long double x) { return std::exp(x); };
+    auto log_l = [](long double x) { return std::log(x); };
+    auto sin_l = [](long double x) { return std::sin(x); };
+    auto cos_l = [](long double x) { return std::cos(x); };
+    CHECK(worst(-700, 700, ours_exp, exp_l) < 1);
+    CHECK(worst(-1, 1, ours_exp, exp_l) < 1);
+    CHECK(worst(-690, 690, ours_log, log_l, true) < 1);
+    CHECK(worst(0.5, 2, ours_log, log_l) < 1);
+    CHECK(worst(-10, 10, ours_sin, sin_l) < 1);
+    CHECK(worst(0, 4096, ours_sin, sin_l) < 1);  // positions' angles
+    CHECK(worst(-10, 10, ours_cos, cos_l) < 1);
+    CHECK(worst(0, 4096, ours_cos, cos_l) < 1);
+    const double bases[4][2] = {{10000, 1}, {2, 20}, {0.9, 6000}, {0.999, 100000}};  // each with its largest |y|
+    for (const auto& base_top : bases) {  // the bases sorter raises: positions, ALiBi, Adam's betas (to step 100,000)
+        const double base = base_top[0], top = base_top[1];
+        double w = 0;
+        for (int i = 0; i < 20000; i++) {
+            const double y = base < 1 ? double(1 + rng.below(int(top))) : top * rng.uniform(-1, 1);
+            w = std::max(w, error_in_ulps(maths::pow(base, y), std::pow((long double)base, (long double)y)));
+        }
+        CHECK(w < 1);
+    }
+    // Exact where the answer is a double, and the edges as the C standard has them.
+    CHECK(maths::exp(0.0) == 1.0);
+    CHECK(maths::log(1.0) == 0.0);
+    CHECK(maths::sin(0.0) == 0.0);
+    CHECK(maths::cos(0.0) == 1.0);
+    CHECK(maths::pow(2.0, 10.0) == 1024.0);
+    CHECK(maths::pow(2.0, -3.0) == 0.125);
+    CHECK(maths::pow(-2.0, 3.0) == -8.0);
+    CHECK(maths::log(2.0) == 0.6931471805599453);
+    CHECK(maths::exp(-800.0) == 0.0);
+    CHECK(maths::exp(710.0) == std::numeric_limits<double>::infinity());
+    CHECK(maths::log(0.0) == -std::numeric_limits<double>::infinity());
+    CHECK(std::isnan(maths::log(-1.0)));
+    CHECK(std::isnan(maths::exp(std::nan(""))));
+    CHECK(std::isnan(maths::pow(-2.0, 0.5)));
+    CHECK(maths::pow(0.0, -1.0) == std::numeric_limits<double>::infinity());
+}
+
 // take_block cuts one head's slice of one sequence out; add_into_block puts its gradient back in
 // place, and the rows and columns not taken get exactly nothing.
 TEST_CASE("gradient: take_block / add_into_block") {
@@ -1187,6 +1251,231 @@ TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, pos
 }
 
 // ---------------------------------------------------------------------------------------------
+// Attention in tiles (--attention flash)
+// ---------------------------------------------------------------------------------------------
+
+// How far B is from A, as one number: max |a - b| over the largest |a|, so an entry near 0 is held to the tensor's
+// scale (a relative error entry by entry would divide rounding by nearly nothing).
+double relative_gap(const Matrix& A, const Matrix& B) {
+    REQUIRE(A.data.size() == B.data.size());
+    double gap = 0.0, largest = 0.0;
+    for (std::size_t i = 0; i < A.data.size(); i++) {
+        gap = std::max(gap, std::fabs(A.data[i] - B.data[i]));
+        largest = std::max(largest, std::fabs(A.data[i]));
+    }
+    return largest > 0.0 ? gap / largest : gap;  // all zeros (one key: Q and K get none): B must be 0 too
+}
+constexpr double SAME_WITHIN = 1e-12;  // tiles against plain: the same sums, rounded in another order
+
+// One head, tiles against attention(): O, L, dQ, dK and dV for every length of the issue (1, 5, 31, 33, 64) and
+// longer ones whose keys take several tiles (70, 129, 150: tiles that do not divide them), each with no mask, the
+// causal mask, PAD keys, both, a written-out mask with rows that see no key at all, ALiBi, and attention dropout.
+// L is checked against log(sum_j exp(score_ij)) of the masked scores, computed here by hand. Plain attention's
+// dropout draws from a stream in order; here both read the tiles' counter-based factors, written into the plain
+// reference's keep, so the two drop the same weights.
+TEST_CASE("attention in tiles: equal to plain attention on O, L, dQ, dK, dV, every mask, bias and dropout") {
+    struct Shape { int T, S; };
+    std::vector<Shape> shapes;
+    for (int T : {1, 5, 31, 33, 64, 70, 150}) shapes.push_back({T, T});  // self-attention: causal possible
+    for (Shape cross : {Shape{5, 7}, Shape{33, 129}, Shape{1, 70}, Shape{64, 65}}) shapes.push_back(cross);
+    enum Kind { none, causal, pads, causal_pads, written, alibi, dropout, all_at_once };
+    int cases = 0;
+    for (const Shape& shape : shapes)
+        for (Kind kind : {none, causal, pads, causal_pads, written, alibi, dropout, all_at_once}) {
+            const int T = shape.T, S = shape.S, d_k = 4;
+            const bool square = T == S;
+            if (!square && (kind == causal || kind == causal_pads || kind == all_at_once)) continue;
+            Rng rng(100 + T * 7 + S + kind);
+            std::vector<int> source(S, 1);  // a key is PAD with chance 1/3, the first never
+            for (int j = 1; j < S; j++) source[j] = rng.below(3) == 0 ? PAD : 2;
+            Mask mask;
+            if (kind == causal) mask = Mask(true, {});
+            if (kind == pads || kind == dropout) mask = Mask(false, {source});
+            if (kind == causal_pads || kind == all_at_once) mask = Mask(true, {source});
+            if (kind == written) {  // random, and every third row sees nothing (plain: equal weights on all keys)
+                Matrix m(T, S);
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < S; j++) m.at(i, j) = i % 3 == 1 ? 0.0 : rng.below(2);
+                mask = Mask(m);
+            }
+            const double slope = kind == alibi || kind == all_at_once ? 0.25 : 0.0;
+            TileDropout dropped;
+            if (kind == dropout || kind == all_at_once) dropped = {0.3, rng.next(), 1234, S};
+            const Matrix Q = random_matrix(T, d_k, rng, -2, 2), K = random_matrix(S, d_k, rng, -2, 2),
+                         V = random_matrix(S, d_k, rng), dO = random_matrix(T, d_k, rng);
+            INFO("T " << T << ", S " << S << ", kind " << kind);
+            // Plain: attention() and attention_backward, dropout's factors replayed into its saved keep.
+            SavedAttention plain;
+            Matrix O_plain = attention(Q, K, V, mask.of_sequence(0, T, S), plain, 0.0, nullptr, slope);
+            if (dropped.p > 0.0) {
+                plain.keep = Matrix(T, S);
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < S; j++) plain.keep.at(i, j) = dropped.factor(i, j);
+                plain.P_dropped = multiply(plain.P, plain.keep);
+                O_plain = matmul(plain.P_dropped, V);
+            }
+            Matrix dQ_plain(T, d_k), dK_plain(S, d_k), dV_plain(S, d_k);
+            attention_backward(dO, plain, dQ_plain, dK_plain, dV_plain);
+            // L by hand: the log of each row's softmax bottom, from the scores as attention_weights masks them;
+            // a row that sees nothing: log S (the tiles score its keys 0, for the same equal weights).
+            Matrix L_plain(T, 1);
+            for (int i = 0; i < T; i++) {
+                std::vector<double> scores(S);
+                double max = -HUGE_VAL, sum = 0.0;
+                for (int j = 0; j < S; j++) {
+                    double s = 0.0;
+                    for (int p = 0; p < d_k; p++) s += Q.at(i, p) * K.at(j, p);
+                    s = s / std::sqrt(double(d_k)) - slope * std::abs(i - j);
+                    scores[j] = mask.sees(0, T, i, j) ? s : MASKED;
+                    max = std::max(max, scores[j]);
+                }
+                for (int j = 0; j < S; j++) sum += std::exp(scores[j] - max);
+                L_plain.at(i, 0) = max == MASKED ? std::log(double(S)) : max + std::log(sum);
+            }
+            // In tiles.
+            SavedAttention tiled;
+            const Matrix O_tiled = flash_attention(Q, K, V, mask, 0, tiled, dropped, slope);
+            Matrix dQ(T, d_k), dK(S, d_k), dV(S, d_k);
+            flash_attention_backward(dO, tiled, mask, 0, dropped, slope, dQ, dK, dV);
+            CHECK(tiled.P.empty());  // nothing of (T, S) is kept
+            Matrix L_tiled(T, 1);
+            L_tiled.data = tiled.L;
+            CHECK(relative_gap(O_plain, O_tiled) <= SAME_WITHIN);
+            CHECK(relative_gap(L_plain, L_tiled) <= SAME_WITHIN);
+            CHECK(relative_gap(dQ_plain, dQ) <= SAME_WITHIN);
+            CHECK(relative_gap(dK_plain, dK) <= SAME_WITHIN);
+            CHECK(relative_gap(dV_plain, dV) <= SAME_WITHIN);
+            cases++;
+        }
+    CHECK(cases == 7 * 8 + 4 * 5);
+}
+
+// The rule asked tile by tile: a tile wholly after its queries (causal) or wholly of PAD keys is skipped, and is
+// never skipped when a row of its queries sees nothing (that row's equal weights need every key).
+TEST_CASE("attention in tiles: which tiles a mask hides") {
+    Mask causal(true, {});
+    CHECK(tile_sight(causal, 0, 200, 0, 32, 64, 128) == TileSight::none);  // keys 64.. after queries ..31
+    CHECK(tile_sight(causal, 0, 200, 64, 96, 0, 64) == TileSight::all);    // keys ..63 before queries 64..
+    CHECK(tile_sight(causal, 0, 200, 32, 64, 0, 64) == TileSight::some);   // the diagonal
+    std::vector<int> source(70, 3);
+    for (int j = 64; j < 70; j++) source[j] = PAD;
+    Mask pads(false, {source});
+    CHECK(tile_sight(pads, 0, 5, 0, 5, 64, 70) == TileSight::none);
+    CHECK(tile_sight(pads, 0, 5, 0, 5, 0, 64) == TileSight::all);
+    CHECK(rows_seeing_nothing(pads, 0, 5, 70, 0, 5) == std::vector<char>(5, 0));
+    Matrix written(2, 3, 1.0);
+    written.at(1, 0) = written.at(1, 1) = written.at(1, 2) = 0.0;
+    CHECK(rows_seeing_nothing(Mask(written), 0, 2, 3, 0, 2) == std::vector<char>{0, 1});
+}
+
+// Multi-head attention in tiles against plain, two sequences stacked, the masks as the model gives them (rules):
+// its output, the gradient of its inputs and of W_q, W_k, W_v, W_o, with grouped-query heads (a group's heads
+// summing into one dK, dV), rotary positions and ALiBi, causal self-attention with PAD keys and cross-attention.
+TEST_CASE("attention in tiles: multi-head attention equal to plain, with GQA, rotary, ALiBi, every mask") {
+    struct Variant { const char* name; int kv_heads; Positions positions; bool self, causal; int T, S; };
+    for (const Variant& v : {Variant{"self, padding", 0, Positions::sinusoidal, true, false, 33, 33},
+                             Variant{"causal self, GQA 4 on 2, rotary", 2, Positions::rope, true, true, 70, 70},
+                             Variant{"causal self, MQA, ALiBi", 1, Positions::alibi, true, true, 31, 31},
+                             Variant{"cross, GQA 4 on 2", 2, Positions::sinusoidal, false, false, 5, 67}}) {
+        INFO(v.name);
+        ModelConfig c = small_config();
+        c.n_heads = 4, c.kv_heads_asked = v.kv_heads, c.positions = v.positions;
+        Rng rng(120);
+        const MultiHeadAttention first(c, rng, v.self);
+        const int n_seq = 2;
+        std::vector<std::vector<int>> sources(n_seq, std::vector<int>(v.S, 3));
+        sources[1][v.S - 1] = sources[1][v.S - 2] = sources[1][1] = PAD;
+        const Mask mask(v.causal, sources);
+        const Matrix x = random_matrix(n_seq * v.T, c.d_model, rng),
+                     memory = random_matrix(n_seq * v.S, c.d_model, rng), G = random_matrix(n_seq * v.T, c.d_model, rng);
+        struct Result { Matrix out, dx, d_memory; std::vector<Matrix> grads; };
+        auto run = [&](bool tiled) {
+            MultiHeadAttention mha = first;
+            mha.tiled = tiled;
+            Result r;
+            r.out = mha.forward(x, v.self ? x : memory, mask, n_seq);
+            r.dx = Matrix(x.rows, x.cols), r.d_memory = Matrix(memory.rows, memory.cols);
+            mha.backward(G, r.dx, v.self ? r.dx : r.d_memory);
+            for (auto& [name, p] : params_of(mha, "mha")) r.grads.push_back(p->grad);
+            return r;
+        };
+        const Result plain = run(false), tiled = run(true);
+        CHECK(relative_gap(plain.out, tiled.out) <= SAME_WITHIN);
+        CHECK(relative_gap(plain.dx, tiled.dx) <= SAME_WITHIN);
+        if (!v.self) CHECK(relative_gap(plain.d_memory, tiled.d_memory) <= SAME_WITHIN);
+        for (std::size_t k = 0; k < plain.grads.size(); k++) CHECK(relative_gap(plain.grads[k], tiled.grads[k]) <= SAME_WITHIN);
+    }
+}
+
+// The tiled backward against finite differences on its own: one head with every mask, ALiBi and dropout at once
+// (T = 70 > a tile of queries, keys in two tiles), and multi-head attention in tiles, with its dropout drawn anew
+// from the same stream state at each pass.
+TEST_CASE("gradient: attention in tiles, alone and in multi-head attention") {
+    {
+        Rng rng(130);
+        const int T = 70, d_k = 4;
+        std::vector<int> source(T, 2);
+        source[3] = source[40] = source[69] = PAD;
+        const Mask mask(true, {source});
+        const TileDropout dropped{0.2, rng.next(), 0, T};
+        Matrix Q = random_matrix(T, d_k, rng), K = random_matrix(T, d_k, rng), V = random_matrix(T, d_k, rng);
+        Matrix dQ(T, d_k), dK(T, d_k), dV(T, d_k);
+        SavedAttention saved;
+        check_block("flash (causal, PAD, ALiBi, dropout)", {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
+                    [&] { return flash_attention(Q, K, V, mask, 0, saved, dropped, 0.25); },
+                    [&](const Matrix& G) { flash_attention_backward(G, saved, mask, 0, dropped, 0.25, dQ, dK, dV); });
+    }
+    ModelConfig c = small_config();
+    c.n_heads = 4, c.kv_heads_asked = 2, c.positions = Positions::rope, c.attn_dropout = 0.2;
+    Rng rng(131);
+    MultiHeadAttention mha(c, rng, true);
+    Rng stream(132);
+    const Rng start = stream;
+    mha.tiled = true, mha.dropout_draws = &stream;
+    Matrix x = random_matrix(2 * 6, c.d_model, rng), dx(2 * 6, c.d_model);
+    const Mask mask(true, {{3, 1, PAD, 2, 2, 2}, {1, 2, 3, 4, 5, 6}});
+    check_block("MHA in tiles (GQA, rotary, dropout)", with({tensor("x", x, dx)}, tensors_of(params_of(mha, "mha"))),
+                [&] { stream = start; return mha.forward(x, x, mask, 2); },
+                [&](const Matrix& G) { mha.backward(G, dx, dx); });
+}
+
+// The whole model, trained in tiles (--attention flash): its gradient against finite differences (encoder-decoder
+// and decoder-only, with dropout), and against plain attention's gradient within 1e-12, parameter by parameter.
+TEST_CASE("gradient: whole model, attention in tiles") {
+    ModelConfig c = tiny_model(tiny_data());
+    c.attention = Attention::flash;
+    check_model("model (flash)", c);
+    c.dropout = c.attn_dropout = 0.1;
+    check_model("model (flash, dropout)", c);
+    ModelConfig whole = tiny_model(tiny_data());
+    whole.arch = Arch::decoder_only, whole.enc_layers = 0, whole.dec_layers = 2, whole.positions = Positions::alibi;
+    whole.max_len = positions_read(whole, tiny_data().seq_len), whole.n_heads = 4, whole.kv_heads_asked = 2;
+    whole.attention = Attention::flash;
+    check_model("model (flash, decoder-only, ALiBi, GQA)", whole);
+}
+TEST_CASE("attention in tiles: the whole model's gradient equals plain attention's") {
+    DataConfig d = tiny_data();
+    for (Arch arch : {Arch::encoder_decoder, Arch::decoder_only}) {
+        ModelConfig c = tiny_model(d);
+        c.arch = arch, c.enc_layers = has_encoder(arch) ? 1 : 0, c.dec_layers = 2, c.positions = Positions::rope;
+        c.max_len = positions_read(c, d.seq_len), c.n_heads = 4, c.kv_heads_asked = 2;
+        const std::vector<Example> batch = {make_example({5, 2, 4, 2}, d), make_example({3, 1}, d)};
+        Transformer plain(c, 41);
+        c.attention = Attention::flash;
+        Transformer tiled(c, 41);
+        const double plain_loss = gradient_of(plain, batch, 0.0).plain, tiled_loss = gradient_of(tiled, batch, 0.0).plain;
+        CHECK(std::fabs(plain_loss - tiled_loss) <= SAME_WITHIN * plain_loss);
+        ParamList a = plain.parameters(), b = tiled.parameters();
+        REQUIRE(a.size() == b.size());
+        for (std::size_t k = 0; k < a.size(); k++) {
+            INFO(ARCH_NAMES[int(arch)] << ": " << a[k].first);
+            CHECK(relative_gap(a[k].second->grad, b[k].second->grad) <= SAME_WITHIN);
+        }
+        for (const DecoderBlock& block : tiled.decoder) CHECK(!block.self_attn.tiled);  // outside training: plain
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Data
 // ---------------------------------------------------------------------------------------------
 
@@ -1504,6 +1793,13 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
          }},
         {"dropout and attention dropout", [](ModelConfig& m, DataConfig&, TrainConfig&) {
              m.dropout = 0.1, m.attn_dropout = 0.1;
+         }},
+        {"attention in tiles, attention dropout, ALiBi, variable lengths", [](ModelConfig& m, DataConfig& d,
+                                                                               TrainConfig&) {
+             m.attention = Attention::flash, m.attn_dropout = 0.1, m.positions = Positions::alibi, d.min_len = 3;
+         }},
+        {"attention in tiles, decoder-only, grouped-query", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.attention = Attention::flash, m.arch = Arch::decoder_only, m.enc_layers = 0, m.kv_heads_asked = 2;
          }},
     };
     for (const Case& c : cases) {

@@ -134,8 +134,11 @@ inline std::vector<int> random_digits(Rng& rng, const DataConfig& d) {
 
 // How many different sources exist: the sum over lengths of max_digit^len (99^32 still fits a double).
 inline double count_sources(const DataConfig& d) {
-    double total = 0.0;
-    for (int len = d.min_len; len <= d.seq_len; len++) total += std::pow(double(d.max_digit), len);
+    double total = 0.0, power = 1.0;  // power = max_digit^len, multiplied up: exact while below 2^53
+    for (int len = 1; len <= d.seq_len; len++) {
+        power *= d.max_digit;
+        if (len >= d.min_len) total += power;
+    }
     return total;
 }
 
@@ -198,18 +201,20 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
                             Matrix& d_logits, double smoothing = 0.0) {
     int T = logits.rows;
     double loss = 0.0, spread = smoothing / logits.cols;  // E / vocab, every token's share of the smoothing
+    std::vector<double> e(logits.cols);                    // one row's exp(logits[t][v] - max)
     for (int t = 0; t < T; t++) {
         // log p_t[k] = logits[t][k] - max - log(sum_v exp(logits[t][v] - max)), the max trick again:
-        // std::log(p) would be -inf once a confident wrong guess makes p underflow to 0.
+        // log(p) would be -inf once a confident wrong guess makes p underflow to 0.
         double max = logits.at(t, 0), sum = 0.0;
         for (int v = 1; v < logits.cols; v++) max = std::max(max, logits.at(t, v));
-        for (int v = 0; v < logits.cols; v++) sum += std::exp(logits.at(t, v) - max);
-        loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - std::log(sum)) / T;
+        for (int v = 0; v < logits.cols; v++) sum += e[v] = maths::exp(logits.at(t, v) - max);
+        const double log_sum = maths::log(sum);
+        loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - log_sum) / T;
         for (int v = 0; v < logits.cols; v++) {
-            if (smoothing > 0) loss -= spread * (logits.at(t, v) - max - std::log(sum)) / T;
+            if (smoothing > 0) loss -= spread * (logits.at(t, v) - max - log_sum) / T;
             // exercise cross-entropy: begin (uses weight d_logits)
             double q = (v == target[t] ? 1.0 - smoothing : 0.0) + spread;  // the target row
-            d_logits.at(t, v) += weight * (std::exp(logits.at(t, v) - max) / sum - q) / T;
+            d_logits.at(t, v) += weight * (e[v] / sum - q) / T;  // p_t[v] - q[v]
             // exercise cross-entropy: end
         }
     }
@@ -272,7 +277,7 @@ struct Optimizer {
                 m.emplace_back(p->value.rows, p->value.cols);
                 if (running_means() == 2) s.emplace_back(p->value.rows, p->value.cols);
             }
-        const double unbias1 = 1.0 - std::pow(beta1, double(t)), unbias2 = 1.0 - std::pow(beta2, double(t));
+        const double unbias1 = 1.0 - maths::pow(beta1, double(t)), unbias2 = 1.0 - maths::pow(beta2, double(t));
         for (std::size_t k = 0; k < params.size(); k++) {
             std::vector<double>& w = params[k].second->value.data;
             const std::vector<double>& g = params[k].second->grad.data;

@@ -172,3 +172,12 @@ inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Mat
     product_into(dA, dC, false, B);  // dA[i][p] += dC[i][j] B[j][p], over j in order
     product_into(dB, dC, true, A);   // dB[j][p] += dC[i][j] A[i][p], over i in order
 }
+
+// matrix.hpp's integer product (quantized_product), its rows cut across the threads: each row is computed whole by
+// one thread, so the same bits on any count. Inference only (--quantize).
+inline Matrix quantized_product_fast(const Matrix& X, const Quantized& Wt) {
+    Matrix Y(X.rows, Wt.rows);
+    parallel_for(X.rows, 1, double(X.rows) * X.cols * Wt.rows,
+                 [&](int i0, int i1) { quantized_product_rows(X, Wt, Y, i0, i1); });
+    return Y;
+}

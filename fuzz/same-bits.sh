@@ -38,6 +38,10 @@ CONFIGS=$(cat <<EOF
 --steps 100 --save-every 40 --save c16.txt
 --steps 40 --d-model 64 --heads 4 --d-ff 256 --seq-len 8 --batch 32 --dropout 0.1 --save c17.txt
 --steps 40 --llama --heads 4 --d-model 64 --dec-layers 2 --d-ff 192 --seq-len 8 --batch 32 --optimizer adam --save c18.txt
+--steps 100 --attention flash --arch decoder-only --pos alibi --heads 4 --kv-heads 2 --attn-dropout 0.1 --save c19.txt
+--steps 60 --attention flash --seq-len 40 --min-len 30 --batch 4 --save c20.txt
+--load c01.txt --quantize 8 --save c21.txt
+--load c01.txt --quantize 4 --save c22.txt --sort 3 1 2 5 4 --test-len 7
 EOF
 )
 

@@ -74,6 +74,8 @@ class ModelConfig:  # struct ModelConfig
     rms_norm: bool = False         # RMSNorm in place of every LayerNorm
     kv_heads: int = 0              # key-value heads (grouped-query attention); 0: n_heads
     arch: str = "encoder-decoder"  # encoder-decoder | decoder-only
+    attention: str = "plain"       # plain | flash: how sorter trains it; here, flash runs PyTorch's own
+    no_bias: bool = False          # no bias in the feed-forward and the output projection (Llama's)
 
     def key_value_heads(self):
         return self.kv_heads or self.n_heads
@@ -157,6 +159,20 @@ def attention(Q, K, V, allowed, keep=None, bias=None):  # attention(): O = softm
     return (P if keep is None else P * keep) @ V
 
 
+# A model sorter trains in tiles (--attention flash) is checked against PyTorch's fused attention,
+# F.scaled_dot_product_attention (PyTorch 2.0 on), where it has it: the mask and ALiBi's bias go in as one added
+# float mask (MASKED added rather than put in place: exp gives 0 either way, as no row here sees nothing). Attention
+# dropout is not in it (its draws are PyTorch's): a step that drops weights replays sorter's factors in attention().
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def fused_attention(Q, K, V, allowed, bias=None):
+    added = torch.zeros(Q.shape[-2], K.shape[-2], dtype=Q.dtype) if bias is None else bias
+    if allowed is not None:
+        added = added + torch.zeros_like(allowed, dtype=Q.dtype).masked_fill(~allowed, MASKED)
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=added)
+
+
 def rotate_pairs(X, sign=1.0):  # rotate_pairs(): X (B, heads, L, d_k), position t = its index along L
     """Each head's columns in pairs (2i, 2i+1) turned by the angle t / 10000^(2i / d_k): the RoFormer pairing."""
     B, H, L, d_k = X.shape
@@ -185,6 +201,7 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
         self.keep = None  # attention dropout's factors (B, n_heads, T, S) for one replayed step, or None
         self.rotary = self_attention and c.positions == "rope"
         self.slopes = torch.tensor(alibi_slopes_of(c.n_heads)) if self_attention and c.positions == "alibi" else None
+        self.fused = c.attention == "flash" and HAS_SDPA  # sorter computes it in tiles: PyTorch's fused kernel here
 
     def split(self, x, heads):  # (B, L, heads d_k) -> (B, heads, L, d_k): head h owns columns h*d_k .. h*d_k + d_k - 1
         B, L, _ = x.shape
@@ -202,7 +219,10 @@ class MultiHeadAttention:  # struct MultiHeadAttention: project, attend in n_hea
             T, S = x_q.shape[1], x_kv.shape[1]
             distance = (torch.arange(T)[:, None] - torch.arange(S)[None, :]).abs().to(x_q.dtype)
             bias = -self.slopes.to(x_q.dtype)[:, None, None] * distance  # (n_heads, T, S)
-        O = attention(Q, K, V, allowed, self.keep, bias)  # (B, n_heads, T, d_k)
+        if self.fused and self.keep is None:
+            O = fused_attention(Q, K, V, allowed, bias)  # (B, n_heads, T, d_k)
+        else:
+            O = attention(Q, K, V, allowed, self.keep, bias)  # (B, n_heads, T, d_k)
         joined = O.transpose(1, 2).reshape(x_q.shape)    # (B, T, d_model): the heads side by side again
         return self.W_o(joined)
 
@@ -228,9 +248,10 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
     def __init__(self, c):
         self.swiglu = choose("activation", c.activation, {"relu": False, "gelu": False, "swiglu": True})
         hidden = (2 * c.d_ff + 1) // 3 if self.swiglu else c.d_ff  # SwiGLU::width(): 2 d_ff / 3
-        self.W_1 = Linear(c.d_model, hidden, bias=True)  # (d_model -> hidden)
-        self.W_2 = Linear(hidden, c.d_model, bias=True)  # (hidden -> d_model)
-        self.W_3 = Linear(c.d_model, hidden, bias=True) if self.swiglu else None  # SwiGLU's partner
+        bias = not c.no_bias
+        self.W_1 = Linear(c.d_model, hidden, bias=bias)  # (d_model -> hidden)
+        self.W_2 = Linear(hidden, c.d_model, bias=bias)  # (hidden -> d_model)
+        self.W_3 = Linear(c.d_model, hidden, bias=bias) if self.swiglu else None  # SwiGLU's partner
         self.act = {"relu": torch.relu, "gelu": F.gelu, "swiglu": F.silu}[c.activation]  # F.gelu: x Phi(x), no tanh
 
     def __call__(self, x):  # x (..., d_model) -> (..., d_model), hidden (..., hidden)
@@ -241,7 +262,8 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
     def params(self, name):
         p = [(f"{name}.W_1", self.W_1.W), (f"{name}.b_1", self.W_1.b),
              (f"{name}.W_2", self.W_2.W), (f"{name}.b_2", self.W_2.b)]
-        return p + ([(f"{name}.W_3", self.W_3.W), (f"{name}.b_3", self.W_3.b)] if self.swiglu else [])
+        p += [(f"{name}.W_3", self.W_3.W), (f"{name}.b_3", self.W_3.b)] if self.swiglu else []
+        return [(n, t) for n, t in p if t is not None]  # --no-bias: no b_1, b_2, b_3
 
 
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
@@ -306,7 +328,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         self.encoder = [EncoderBlock(c) for _ in range(c.enc_layers)]  # none when decoder-only
         self.decoder = [DecoderBlock(c) for _ in range(c.dec_layers)]
         self.final_norm = LayerNorm(c.d_model, c.rms_norm)
-        self.out = Linear(c.d_model, c.vocab, bias=True)  # (d_model -> V)
+        self.out = Linear(c.d_model, c.vocab, bias=not c.no_bias)  # (d_model -> V)
         self.keep = {}  # dropout's factors by sorter's names, for one replayed step (replay_masks)
         if c.tie_embeddings:  # output(): logits = h table^T + b; autograd sums the table's three uses
             self.out.W = None
@@ -329,7 +351,11 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         for block in self.decoder:
             y = block(y, memory, causal, padding_allowed(source))
         h = self.final_norm(y)
-        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
+        return self.out(h) if self.out.W is not None else self.tied(h)
+
+    def tied(self, h):  # tied_output(): logits = h table^T (+ b)
+        logits = h @ self.embed.table.T
+        return logits if self.out.b is None else logits + self.out.b
 
     def read_whole(self, source, target_in):  # read_whole(): decoder-only, source + START + answer, one sequence
         S = source.shape[1]
@@ -343,7 +369,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         for block in self.decoder:
             y = block(y, None, allowed, None)
         h = self.final_norm(y[:, S:])  # the answer's rows, from START on
-        return self.out(h) if self.out.W is not None else h @ self.embed.table.T + self.out.b
+        return self.out(h) if self.out.W is not None else self.tied(h)
 
     def forward(self, source, target_in):
         if self.config.arch == "decoder-only":
@@ -380,7 +406,7 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
             p += block.params(f"decoder.{i}")
         p += self.final_norm.params("final_norm")
         p += [("out.W", self.out.W)] if self.out.W is not None else []
-        p += [("out.b", self.out.b)]
+        p += [("out.b", self.out.b)] if self.out.b is not None else []  # --no-bias: none
         return p
 
 
@@ -505,8 +531,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 6 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 7 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -538,7 +564,9 @@ def config_from_header(h):
                        activation=h["activation"], embed_scale=choose("embed_scale", h["embed_scale"], ZERO_ONE),
                        tie_embeddings=choose("tie_embeddings", h.get("tie_embeddings", "0"), ZERO_ONE),  # 0 before v3
                        rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
-                       kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"))
+                       kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"),
+                       attention=h.get("attention", "plain"),  # version 7 on
+                       no_bias=choose("no_bias", h.get("no_bias", "0"), ZERO_ONE))  # version 7 on
 
 
 def model_from_checkpoint(ck):
@@ -645,8 +673,17 @@ VARIANTS = [  # (name, sorter flags)
     ("decoder-only, learned, dropout", ["--arch", "decoder-only", "--pos", "learned", "--dropout", "0.1",
                                         "--attn-dropout", "0.1", "--task", "reverse"]),
     ("decoder-only, alibi, post-norm", ["--arch", "decoder-only", "--pos", "alibi", "--norm", "post", "--min-len", "3"]),
+    ("no bias", ["--no-bias"]),
+    ("no bias, tied embeddings", ["--no-bias", "--tie-embeddings"]),
     ("llama (4 heads on 2), 2 layers", ["--llama", "--heads", "4", "--dec-layers", "2", "--min-len", "2",
                                         "--dropout", "0.1", "--optimizer", "adam"]),
+    ("flash", ["--attention", "flash", "--min-len", "2"]),
+    ("flash, decoder-only, alibi, gqa", ["--attention", "flash", "--arch", "decoder-only", "--pos", "alibi",
+                                         "--heads", "4", "--kv-heads", "2", "--min-len", "3", "--dec-layers", "2"]),
+    ("flash, rope, 2+2, attn dropout", ["--attention", "flash", "--pos", "rope", "--enc-layers", "2",
+                                        "--dec-layers", "2", "--attn-dropout", "0.2", "--min-len", "2"]),
+    ("flash, seq-len 40 (tiles)", ["--attention", "flash", "--arch", "decoder-only", "--seq-len", "40",
+                                   "--min-len", "30", "--task", "reverse"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam
@@ -741,6 +778,8 @@ def check():
         return 1
     print(f"torch_sorter.py --check: one training step of {SORTER.name} ({' '.join(STEP_FLAGS)}) redone with "
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
+    print("flash variants against " + ("F.scaled_dot_product_attention" if HAS_SDPA else
+          "this file's attention() (this PyTorch has no F.scaled_dot_product_attention; 2.0 on has)"))
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
           f"and beam 3's hypotheses)\n")
     print(f"{'variant':<32} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")

@@ -26,7 +26,7 @@ inline int output_length(const std::vector<int>& tokens) {
     auto pad = std::find(tokens.begin(), tokens.end(), PAD);
     return int(pad == tokens.end() ? tokens.size() : pad - tokens.begin() + 1);
 }
-inline double length_penalty(int length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
+inline double length_penalty(int length, double alpha) { return maths::pow((5.0 + length) / 6.0, alpha); }
 inline double beam_score(double log_prob, int length, double alpha) { return log_prob / length_penalty(length, alpha); }
 
 // Sequence i of the cache's stack now continues sequence from[i], its parent, and takes what the parent kept:
@@ -75,8 +75,8 @@ inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, cons
                 }
                 double max = logits.at(i, 0), sum = 0.0;  // log-softmax of row i, the max trick
                 for (int v = 1; v < vocab; v++) max = std::max(max, logits.at(i, v));
-                for (int v = 0; v < vocab; v++) sum += std::exp(logits.at(i, v) - max);
-                const double log_sum = std::log(sum);
+                for (int v = 0; v < vocab; v++) sum += maths::exp(logits.at(i, v) - max);
+                const double log_sum = maths::log(sum);
                 const double penalty = length_penalty(int(h.tokens.size()) + 1, alpha);  // each candidate's length
                 for (int v = 0; v < vocab; v++) {
                     if (v == start) continue;  // an input, never an output

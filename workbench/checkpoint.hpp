@@ -5,6 +5,7 @@
 
 #include "checkpoint_lines.hpp"  // the settings' lines, and which version a model is written as
 #include "files.hpp"
+#include "quantize.hpp"          // a quantized model's tensors
 #include "settings.hpp"          // the one check of the settings
 
 // What a checkpoint keeps besides the model's tensors, as the run holds it (main.cpp): the data settings, the training
@@ -41,13 +42,15 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     std::fprintf(f, "tensors %zu\n", params.size());
     for (auto& [name, p] : params) {
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
-        write_matrix(f, p->value);
+        if (p->quantized.empty()) write_matrix(f, p->value);
+        else write_quantized(f, p->quantized[0]);
     }
     std::fprintf(f, "training\n");
     write_settings(f, training_table(), s, version);
     if (origin.train_lines > 0)  // only after --train-data: files of generated data are as they were
         std::fprintf(f, "train_data %ld %llu\n", origin.train_lines, (unsigned long long)origin.train_fingerprint);
-    for (std::size_t k = 0; k < opt.m.size() && opt.running_means() > 0; k++) {  // none before the first update
+    for (std::size_t k = 0; k < opt.m.size() && opt.running_means() > 0 && model.config.bits == 0; k++) {  // none
+                                                                 // before the first update, none when quantized
         std::fprintf(f, "m %s\n", params[k].first.c_str());
         write_matrix(f, opt.m[k]);
         if (opt.running_means() < 2) continue;
@@ -124,7 +127,7 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
         origin.train_lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
         origin.train_fingerprint = r.whole_u64("", r.line);
     }
-    if (state.updates == 0 || opt.running_means() == 0) return;
+    if (state.updates == 0 || opt.running_means() == 0 || model.config.bits > 0) return;  // (quantized: never kept)
     for (auto& [name, p] : model.parameters()) {
         opt.m.emplace_back(p->value.rows, p->value.cols);
         if (opt.running_means() == 2) opt.s.emplace_back(p->value.rows, p->value.cols);
@@ -213,7 +216,8 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
         if (!parse_whole(rw, 0, 1000000000, rows) || !parse_whole(cw, 0, 1000000000, cols) || rows != m.rows ||
             cols != m.cols)
             r.error(tensor + " has shape (" + rw + ", " + cw + "); this configuration needs " + shape_text(m));
-        read_values(r, tensor, m);
+        if (model.config.bits > 0 && is_product_matrix(name)) read_quantized(r, name, *p, model.config.bits);
+        else read_values(r, tensor, m);
     }
 }
 

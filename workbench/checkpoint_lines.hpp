@@ -82,6 +82,15 @@ inline SettingRow model_switch_setting(const char* name, int version, bool Model
     return row;
 }
 
+// A choice of the model's whose line came in `version`: a model with any value but the first (the default) is saved
+// as that version at least, so a default model's file keeps the bytes it had before the line came.
+template <typename E> SettingRow model_choice_since(const char* name, int version, const std::vector<std::string>& names,
+                                                    E ModelConfig::*m) {
+    SettingRow row = choice_setting(name, version, names, m);
+    row.needs = [=](const Settings& s) { return int(s.model.*m) != 0 ? version : 0; };
+    return row;
+}
+
 // The header, after the format's version line; read_header then checks the values that must agree.
 inline const std::vector<SettingRow>& header_table() {
     using M = ModelConfig; using D = DataConfig;  // short: rows fit
@@ -108,6 +117,14 @@ inline const std::vector<SettingRow>& header_table() {
              if (s.model.kv_heads_asked == s.model.n_heads) s.model.kv_heads_asked = 0;
          },
          [](const Settings& s) { return s.model.key_value_heads() != s.model.n_heads ? 6 : 0; }},
+        model_choice_since("attention", 7, ATTENTION_NAMES, &M::attention),  // flash: version 7
+        model_switch_setting("no_bias", 7, &M::no_bias),
+        {"bits", 7, [](const Settings& s) { return std::to_string(s.model.bits); },
+         [](Settings& s, WordReader& r) {  // 0: float64; 2 to 8: quantized (quantize.hpp)
+             s.model.bits = int(r.whole("bits", 0, 8));
+             if (s.model.bits == 1) r.error("bits 1: a quantized model has 2 to 8 bits (0: float64)");
+         },
+         [](const Settings& s) { return s.model.bits > 0 ? 7 : 0; }},
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),

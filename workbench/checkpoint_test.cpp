@@ -228,7 +228,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 7"), {"version 7", "1 to 6"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 8"), {"version 8", "1 to 7"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -453,10 +453,11 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
 }
 
 // A new setting is one row of a table, with the version that first writes it; the newest version is the newest
-// row's (6, today's blocks), so a file of a later version is refused, not read as lacking that row.
-// A model of the 2017 paper's blocks writes version 5, without version 6's lines; one of today's, every line.
+// row's (7: --attention, no_bias, bits), so a file of a later version is refused, not read as lacking that row.
+// A model of the 2017 paper's blocks writes version 5, without version 6's lines; one of today's, version 6's lines
+// (the bytes as before version 7 came); one without biases, or one that attends in tiles, every line.
 TEST_CASE("checkpoint: the version written is the newest row's") {
-    CHECK(newest_version() == 6);
+    CHECK(newest_version() == 7);
     ModelConfig c;
     DataConfig d;
     Transformer model = small_trained_model(c, d);
@@ -464,10 +465,29 @@ TEST_CASE("checkpoint: the version written is the newest row's") {
     CHECK(text.rfind("sorter-checkpoint 5\n", 0) == 0);  // the 2017 paper's blocks: the file as before today's came
     for (const auto* table : {&header_table(), &training_table()})
         for (const SettingRow& row : *table) CHECK(contains(text, "\n" + row.name + " ") == (row.version <= 5));
-    c.rms_norm = true;  // one of today's blocks: version 6, and every row
+    c.rms_norm = true;  // one of today's blocks: version 6, and every row of 6
     Transformer todays(c, 3);
-    const std::string newest_text = checkpoint_text(todays, Kept(d));
-    CHECK(newest_text.rfind("sorter-checkpoint 6\n", 0) == 0);
+    const std::string todays_text = checkpoint_text(todays, Kept(d));
+    CHECK(todays_text.rfind("sorter-checkpoint 6\n", 0) == 0);
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) CHECK(contains(todays_text, "\n" + row.name + " ") == (row.version <= 6));
+    c.no_bias = true;  // Llama's: version 7, and every row
+    Transformer bias_free(c, 3);
+    const std::string newest_text = checkpoint_text(bias_free, Kept(d));
+    CHECK(newest_text.rfind("sorter-checkpoint 7\n", 0) == 0);
+    CHECK(contains(newest_text, "\nno_bias 1\n"));
+    CHECK(!contains(newest_text, "\ntensor out.b "));
     for (const auto* table : {&header_table(), &training_table()})
         for (const SettingRow& row : *table) CHECK(contains(newest_text, "\n" + row.name + " "));
+    c.no_bias = false;
+    c.attention = Attention::flash;  // in tiles: version 7, and every row
+    Transformer tiled(c, 3);
+    const std::string tiled_text = checkpoint_text(tiled, Kept(d));
+    CHECK(tiled_text.rfind("sorter-checkpoint 7\n", 0) == 0);
+    CHECK(contains(tiled_text, "\nattention flash\n"));
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) CHECK(contains(tiled_text, "\n" + row.name + " "));
+    Kept kept(d);
+    std::istringstream in(tiled_text);
+    CHECK(read_kept(in, "--load model.txt", kept).config.attention == Attention::flash);
 }

@@ -47,7 +47,7 @@ inline void demo_scale() {
 inline std::vector<double> naive_softmax(const std::vector<double>& s) {
     std::vector<double> p(s.size());
     double sum = 0;
-    for (std::size_t i = 0; i < s.size(); i++) sum += p[i] = std::exp(s[i]);
+    for (std::size_t i = 0; i < s.size(); i++) sum += p[i] = maths::exp(s[i]);
     for (double& v : p) v /= sum;
     return p;
 }
@@ -102,14 +102,14 @@ inline void demo_gradcheck() {
                 "backward: dL/dw = %.15f\n\n%8s  %24s  %9s  %s\n", analytic, "h", "(L(w+h) - L(w-h)) / 2h", "|error|",
                 "log10 |error|, one # per half decade");
     for (int k = 1; k <= 13; k++) {
-        double h = std::pow(10.0, -k);
+        double h = maths::pow(10.0, -k);
         w = original + h;
         double up = loss();
         w = original - h;
         double down = loss();
         w = original;
         double numeric = (up - down) / (2 * h), error = std::fabs(numeric - analytic);
-        double decades = error > 0 ? std::log10(error) : -17.0;
+        double decades = error > 0 ? log10_of(error) : -17.0;
         std::printf("%8.0e  %24.15f  %9.1e  %6.1f %s\n", h, numeric, error, decades,
                     std::string(std::size_t(std::max(0.0, 2 * (decades + 16))), '#').c_str());
     }

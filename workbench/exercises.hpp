@@ -411,7 +411,7 @@ inline void check_dropout(Checker& c, const ModelConfig&) {
 }
 inline void check_swiglu(Checker& c, const ModelConfig& config) {
     Rng rng(9);
-    SwiGLU ffn(8, small_config(config).d_ff, rng);
+    SwiGLU ffn(8, small_config(config).d_ff, true, rng);  // with biases
     jitter(params_of(ffn, "ffn"), rng);
     Matrix x = random_matrix(4, 8, rng), dx(4, 8);
     check_block(c, "SwiGLU", tensors_of(params_of(ffn, "ffn"), {{"x", &x, &dx}}), [&] { return ffn.forward(x); },

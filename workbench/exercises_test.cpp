@@ -325,7 +325,7 @@ TEST_CASE("exercises: planted bugs in SwiGLU and in the decoder block are named"
     ex::Checker c;
     c.quiet = true;
     Rng rng(9);
-    SwiGLU ffn(8, 12, rng);
+    SwiGLU ffn(8, 12, true, rng);
     Matrix x = ex::random_matrix(4, 8, rng), dx(4, 8);
     ex::check_block(c, "SwiGLU", ex::tensors_of(ex::params_of(ffn, "ffn"), {{"x", &x, &dx}}),
                     [&] { return ffn.forward(x); },
@@ -481,9 +481,9 @@ TEST_CASE("exercises: a student's copy builds, its gaps say \"not written yet\",
     REQUIRE(answer.size() == 2);  // the derivation, and the code
     std::string student = refilled(read_all(rotary + "/model.hpp"), "// exercise rotary: your code from here",
                                    "// exercise rotary: to here", {answer[1]});
-    const std::string causal = "Matrix causal = stack_rows(std::vector<Matrix>(n_seq, causal_mask(T)));";
+    const std::string causal = "Mask causal(true, {});";  // Transformer::next_token_logits
     REQUIRE(contains(student, causal));
-    student.replace(student.find(causal), causal.size(), "Matrix causal;");
+    student.replace(student.find(causal), causal.size(), "Mask causal(false, {});");
     std::ofstream(rotary + "/model.hpp", std::ios::binary) << student;
     checked = output_of("cd " + rotary + " && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make -s check");
     INFO(checked);

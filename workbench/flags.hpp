@@ -14,9 +14,11 @@
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
 // largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
-// two running means add as much again); a step at batch 16 and an evaluation of it peak at 870 MB
-// (docs/performance.md, "Memory").
-constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 32, MAX_DIGIT = 99;
+// two running means add as much again); a step at batch 16 and an evaluation of it peak at 870 MB at --seq-len 32
+// (docs/performance.md, "Memory"). --seq-len goes to 512 (a decoder-only sequence of 1024) so that a class can see
+// why attention is computed in tiles (--attention flash): there plain attention's weights grow as T x T, and a
+// step of docs/performance.md's model peaks at 700 MB plain, 170 MB in tiles.
+constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 512, MAX_DIGIT = 99;
 constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
 constexpr double MAX_LR = 10.0;
@@ -35,7 +37,7 @@ struct Options {
     bool seed_unknown = false;  // --load of a checkpoint from before version 4, which did not keep its seed
     long eval_every = 500;
     std::string dump_step_path;  // --dump-step: the first step, for reference/torch_sorter.py
-    bool help = false, bench = false, speed = false;
+    bool help = false, bench = false, speed = false, step_cost = false;
     bool show_attention = false, numbers = false, show_pe = false, trace_shapes = false, params = false;
     bool inspect = false;
     std::string svg_dir, report_path, save_path, load_path, train_data_path;
@@ -44,6 +46,7 @@ struct Options {
     bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::string demo;                     // one of DEMO_NAMES
+    int quantize_bits = 0;  // --quantize: the loaded model's matrices to this many bits (0: none)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;

@@ -194,15 +194,19 @@ inline void record_loss(const Options& o, History& history, double loss, long st
 // printf writes a NaN whose sign bit is set as "-nan"; a diverged loss should read "nan" every time.
 inline double plain_nan(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
 
-// One row of the table: the mean training loss since the last row, the held-out loss and accuracy.
+// One row of the table, as printed (the page shows the same line): the step, the mean training loss since the last
+// row, the held-out loss and accuracy.
+inline std::string evaluation_line(long step, double recent, double held_out_loss, const Accuracy& a) {
+    return fmt("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%%s", step, plain_nan(recent), plain_nan(held_out_loss),
+               100 * a.exact, 100 * a.token,
+               a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
+}
 inline void print_evaluation(Transformer& model, const Dataset& data, long step, History& history) {
     Accuracy a = evaluate(model, data.held_out, history.decoding);
     double held_out_loss = teacher_forced_loss(model, data.held_out);
     double recent = history.recent_loss / double(history.recent_steps);
     history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
-    std::printf("%8ld  %8.4f  %13.4f  %11.1f%%  %13.1f%%%s\n", step, plain_nan(recent), plain_nan(held_out_loss),
-                100 * a.exact, 100 * a.token,
-                a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
+    std::printf("%s\n", evaluation_line(step, recent, held_out_loss, a).c_str());
     history.recent_loss = 0.0;
     history.recent_steps = 0;
 }

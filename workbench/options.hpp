@@ -89,10 +89,11 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         true, &M::activation),
             switch_flag("--rmsnorm", "RMSNorm in place of every LayerNorm: no mean taken out, no beta (Zhang & "
                         "Sennrich 2019)", true, true, &M::rms_norm),
-            {"--llama", "", "a Llama-style recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope, "
-             "and --kv-heads half of --heads (all of them when --heads is odd); --dec-layers still sets the blocks "
-             "(default 1); those five flags after it change the recipe, and before it are refused. The biases stay "
-             "(Llama has none), and the rotary base is 10000 (Llama 2's; Llama 3's is 500000)", true,
+            {"--llama", "", "Llama's recipe in one flag: --arch decoder-only --rmsnorm --act swiglu --pos rope "
+             "--no-bias --no-embed-scale, and --kv-heads half of --heads (all of them when --heads is odd); "
+             "--dec-layers still sets the blocks (default 1); --arch, --rmsnorm, --act, --pos and --kv-heads after it "
+             "change the recipe, and before it are refused. The rotary base is 10000 (Llama 2's; Llama 3's is "
+             "500000)", true,
              [](O& o, Args& a) {
                  for (int k = 1; k < a.i; k++)  // the recipe would override it unseen
                      for (std::string set : {"--arch", "--rmsnorm", "--act", "--pos", "--kv-heads"})
@@ -100,15 +101,22 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                              fail(set + " comes before --llama, which sets it too: give " + set + " after --llama to "
                                   "change the recipe");
                  o.model.arch = Arch::decoder_only, o.model.rms_norm = true, o.model.activation = Activation::swiglu;
-                 o.model.positions = Positions::rope, o.llama = true;
+                 o.model.positions = Positions::rope, o.model.no_bias = true, o.model.embed_scale = false;
+                 o.llama = true;
              },
              [](const O&) { return std::string(); }},  // the variant line names what it set
             {"--kv-heads", "N", "grouped-query attention: N key-value heads, each shared by heads / N query heads; "
              "N must divide --heads; 1 is multi-query attention (default: --heads, multi-head attention)", true,
              [](O& o, Args& a) { o.model.kv_heads_asked = int(a.whole(1, MAX_HEADS)); },
              [](const O& o) { return o.model.kv_heads_asked == 0 ? "" : fmt("--kv-heads %d", o.model.kv_heads_asked); }},
+            choice_flag("--attention", "how training computes attention; flash: tile by tile, keeping no (T, S) "
+                        "matrix, the same numbers within rounding in memory that grows as T, not T^2 (FlashAttention-2, "
+                        "Dao 2023; model.hpp's section); maps and decoding stay plain", ATTENTION_NAMES, true,
+                        &M::attention),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
+            switch_flag("--no-bias", "no bias in the feed-forward layers and the output projection, as Llama "
+                        "(attention's projections have none either way)", true, true, &M::no_bias),
             switch_flag("--tie-embeddings", "the output projection is the embedding table, transposed (the paper's "
                         "section 3.4): one matrix of vocab x d_model fewer", true, true, &M::tie_embeddings)}},
         {"Regularisation (each 0, off, by default)", "./sorter --train-data docs/train-200.txt --dropout 0.1 "
@@ -171,6 +179,12 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "on the schedule it planned, to the same bits as a run never stopped (Ctrl-C and kill keep a "
                         "run that had --save; kill -9 and a crash, one that had --save-every)", false, true,
                         &O::finish),
+            {"--quantize", "BITS", "with --load: every matrix of a product (attention's, the feed-forward's, the output "
+             "projection, the embedding table) as whole numbers of BITS bits, 2 to 8, one scale a group of 32 (8 bits: "
+             "64) along the input, so that the model runs in integers (8: llama2.c's Q8_0; below 8: llama.cpp's Q4_0 "
+             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model cannot train)", false,
+             [](O& o, Args& a) { o.quantize_bits = int(a.whole(2, 8)); },
+             [](const O& o) { return o.quantize_bits == 0 ? "" : fmt("--quantize %d", o.quantize_bits); }},
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
              [](O& o, Args& a) {
                  o.sort_words.clear();
@@ -183,6 +197,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &O::bench),
             switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
                         "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
+            switch_flag("--step-cost", "time a training step of the model and batch the other flags give (the median "
+                        "of 5, no evaluation) and print the peak memory", false, true, &O::step_cost),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
              "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
              [](O& o, Args& a) { o.thread_count = int(a.whole(1, MAX_THREADS)); },
@@ -282,6 +298,11 @@ inline Options parse_options(int argc, char** argv) {
              std::to_string(o.decode.beam));
     if (o.save_every > 0 && o.save_path.empty())
         fail(fmt("--save-every %ld writes the checkpoint to the --save file; add --save FILE", o.save_every));
+    if (o.quantize_bits > 0 && o.load_path.empty())
+        fail(fmt("--quantize %d quantizes a trained model: add --load FILE (and --save FILE to keep it)", o.quantize_bits));
+    if (o.quantize_bits > 0 && (was_given("--steps") || o.finish))
+        fail(fmt("--quantize %d: a quantized model cannot train; train the float model first, then quantize it",
+                 o.quantize_bits));
     if (o.finish && o.load_path.empty())
         fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
     if (o.finish && was_given("--steps"))

@@ -137,6 +137,30 @@ inline long peak_memory_kb() {
 #endif
 }
 
+// --step-cost: what one training step costs at the size the other flags give, evaluation left out (at --seq-len 512
+// one held-out evaluation takes minutes): one step to warm up, then at least STEP_COST_STEPS steps and 2 seconds of
+// them, the median's seconds (a shared machine's slow moments fall to either side), and
+// the process's peak resident memory, which the steps set (docs/performance.md, "Attention in tiles", compares
+// --attention plain and flash with it).
+constexpr int STEP_COST_STEPS = 5;
+inline void run_step_cost(const Options& o) {
+    Dataset data(o.data, {}, 0);
+    Transformer model(o.model, o.seed);
+    TrainState state(o.train, o.seed);
+    train_step(model, data, o.train, state, MAX_STEPS);
+    std::vector<double> seconds;
+    for (auto start = Clock::now(); int(seconds.size()) < STEP_COST_STEPS || seconds_since(start) < 2.0;) {
+        auto t0 = Clock::now();
+        train_step(model, data, o.train, state, MAX_STEPS);
+        seconds.push_back(seconds_since(t0));
+    }
+    std::sort(seconds.begin(), seconds.end());
+    std::printf("sorter --step-cost: attention %s, %s, batch %d, %s: a step in %.4f s (median of %d), peak memory "
+                "%.1f MB\n", ATTENTION_NAMES[int(o.model.attention)].c_str(), size_text(o.model, o.data).c_str(),
+                o.train.batch, threads_text().c_str(), seconds[seconds.size() / 2], int(seconds.size()),
+                peak_memory_kb() / 1024.0);
+}
+
 // The speed table of docs/performance.md, every figure measured in this run. Each row
 // is a command line, as a user would type it after ./sorter --speed.
 inline void run_bench(const Options& o) {

@@ -20,8 +20,22 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
         {"embed.source", model.source_keep}, {"embed.target", model.target_keep}, {"embed.whole", model.whole_keep}};
     auto heads = [](const MultiHeadAttention& attn) {
         std::vector<Matrix> keeps;
-        for (const SavedAttention& head : attn.saved) keeps.push_back(head.keep);
-        return attn.saved[0].keep.empty() ? Matrix() : stack_rows(keeps);
+        for (std::size_t k = 0; k < attn.saved.size(); k++) {
+            const SavedAttention& head = attn.saved[k];
+            if (attn.tile_p == 0.0) {
+                keeps.push_back(head.keep);
+                continue;
+            }
+            // In tiles (--attention flash) nothing is kept: each factor is made again from its counter, as the
+            // backward makes it.
+            const int T = head.Q.rows, S = head.K.rows, e = int(k) / attn.n_heads, h = int(k) % attn.n_heads;
+            Matrix keep(T, S);
+            const TileDropout dropped = attn.tile_dropout(e, h, T, S);
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < S; j++) keep.at(i, j) = dropped.factor(i, j);
+            keeps.push_back(keep);
+        }
+        return keeps[0].empty() ? Matrix() : stack_rows(keeps);
     };
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
         const EncoderBlock& b = model.encoder[i];

@@ -149,9 +149,11 @@ inline std::string positions_svg(const Matrix& P, const std::string& kind) {
 // Round steps to mark on an axis from first to last: multiples of 1, 2 or 5 times a power of ten,
 // about 5 of them.
 inline std::vector<long> step_ticks(long first, long last) {
-    long unit = 1;  // 1, 2, 5, 10, 20, 50, ... until at most 5 units fit between first and last
-    for (int k = 1; (last - first) / unit > 5; k++)
-        unit = long(std::pow(10, k / 3)) * (k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 5);
+    long unit = 1, decade = 1;  // 1, 2, 5, 10, 20, 50, ... until at most 5 units fit between first and last
+    for (int k = 1; (last - first) / unit > 5; k++) {
+        if (k % 3 == 0) decade *= 10;
+        unit = decade * (k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 5);
+    }
     std::vector<long> ticks;
     for (long t = (first + unit - 1) / unit * unit; t <= last; t += unit) ticks.push_back(t);
     return ticks;
@@ -175,7 +177,7 @@ struct Chart {
     std::string frame(const std::string& title, const std::string& y_label) const {
         std::string s = svg_text(left + w / 2, top - 12, title, 12);
         if (log_scale)
-            for (double d = lo; d <= hi; d++) s += grid_line(d, fmt("%g", std::pow(10.0, d)));
+            for (double d = lo; d <= hi; d++) s += grid_line(d, fmt("%g", maths::pow(10.0, d)));
         else
             for (int p = 0; p <= 100; p += 25) s += grid_line(p / 100.0, fmt("%d%%", p));
         for (long t : step_ticks(first, last))
@@ -227,7 +229,7 @@ inline std::string training_svg(const History& h) {
     std::vector<std::pair<double, double>> held_out, exact, token,
         train = log_points(h.losses, h.first_step, std::min<int>(400, int(h.losses.size())));
     for (const EvalPoint& e : h.evals) {
-        held_out.push_back({double(e.step), std::log10(std::max(e.held_out_loss, 1e-12))});
+        held_out.push_back({double(e.step), log10_of(std::max(e.held_out_loss, 1e-12))});
         exact.push_back({double(e.step), e.exact});
         token.push_back({double(e.step), e.token});
     }

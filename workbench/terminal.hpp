@@ -127,7 +127,7 @@ inline void print_positions(Transformer& model, bool numbers) {
     if (turns_queries_and_keys(c.positions)) {  // the turns' cosines: the sinusoidal table's clocks, per head
         Matrix turns(c.max_len, d_k / 2);
         for (int pos = 0; pos < turns.rows; pos++)
-            for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = std::cos(rotary_angle(pos, i, d_k));
+            for (int i = 0; i < turns.cols; i++) turns.at(pos, i) = maths::cos(rotary_angle(pos, i, d_k));
         std::printf("rope: nothing is added to the embeddings; self-attention turns each head's query and key columns "
                     "in pairs (2i, 2i+1) by the angle pos / 10000^(2i / d_k), d_k = %d. Below, the cosine of each "
                     "turn; shades '%s' run from -1 to 1\n\n", d_k, SHADES);
@@ -164,7 +164,7 @@ inline std::vector<double> log_loss_points(const std::vector<double>& losses, in
         std::size_t from = losses.size() * i / points, to = losses.size() * (i + 1) / points;
         double mean = 0.0;
         for (std::size_t s = from; s < to; s++) mean += losses[s] / double(to - from);
-        out[i] = std::isfinite(mean) ? std::clamp(std::log10(std::max(mean, 1e-12)), -12.0, 6.0) : std::nan("");
+        out[i] = std::isfinite(mean) ? std::clamp(log10_of(std::max(mean, 1e-12)), -12.0, 6.0) : std::nan("");
     }
     return out;
 }
@@ -202,7 +202,7 @@ inline void print_loss_plot(const std::vector<double>& losses, long first_step =
         points.erase(points.find_last_not_of(' ') + 1);
         double level = hi - (hi - lo) * row / (height - 1);  // this row's value, in log10
         bool labelled = row == 0 || row == height / 2 || row == height - 1;
-        std::string label = labelled ? fmt("%9.4f", std::pow(10.0, level)) : "";
+        std::string label = labelled ? fmt("%9.4f", maths::pow(10.0, level)) : "";
         std::printf("%9s |%s\n", label.c_str(), points.c_str());
     }
     std::string first = std::to_string(first_step), last = std::to_string(first_step - 1 + long(losses.size()));

@@ -55,6 +55,8 @@ inline std::string number_text(double v, int decimals = 4) {
     if (text.find_first_not_of("-0.") == std::string::npos && text[0] == '-') text.erase(0, 1);  // -1e-5: 0.0000
     return text;
 }
+// log10 for the pictures' log axes, from matrix.hpp's maths::log like every number the program prints.
+inline double log10_of(double v) { return maths::log(v) * 0.43429448190325182765; }  // 1 / ln 10
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
 

@@ -2,13 +2,17 @@
 // answer as one JSON object. The page (workbench/web.html) runs this in a worker, compiled by em++ from the same
 // sources as ./sorter: no second copy of the model or of training, only calls into them.
 //
+//   form()               the page's form: the flag table's rows the page takes, group by group
+//   settings(flags)      what a command line sets, flag by flag, and the same command with only the flags that matter
 //   start(flags)         a new model and data from --help's flags (the page's form writes them)
-//   train(n)             n steps of train_step, each step's loss, and each block's gradient size at the last one
+//   train(n)             n steps of train_step: each step's loss and each block's gradient size; a loss that is not
+//                        finite ends the run, by ./sorter's rule (record_loss) and with its message
+//   plan(n)              a loaded model trains n steps on from where it was loaded, as --load FILE --steps n
 //   evaluate()           one row of the training table: held-out exact match, token accuracy, held-out loss
 //   watched()            the three held-out inputs the run watches, decoded now
 //   attention(digits)    every layer's and head's attention map, for an input the learner chose
 //   decode(digits, beam) greedy decoding, and a beam search's hypotheses
-//   checkpoint()         the model as a checkpoint file's text; load(text) reads one back
+//   checkpoint()         the model as a checkpoint file's text; load(text, n) reads one back, to train n more
 //
 // Page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively, in make test.
 #pragma once
@@ -49,11 +53,124 @@ inline std::string json_tokens(const std::vector<int>& tokens, const ModelConfig
 // ---------------------------------------------------------------------------------------------
 // The page's run: one model, its data and where its training stands
 // ---------------------------------------------------------------------------------------------
-// Flags that name files or end the run: the page has no files, and its own buttons do the rest.
+// Flags the page does not take: they name files, print to a terminal or end the run, and its own buttons do the
+// rest (threads: the page's worker is one thread, and a thread count changes no result).
 const std::vector<std::string> PAGE_REFUSED = {"--save", "--load", "--report", "--svg", "--train-data", "--dump-step",
-                                               "--sort", "--bench", "--speed", "--demo", "--help", "--save-every",
+                                               "--sort", "--bench", "--speed", "--step-cost", "--demo", "--help", "--save-every",
                                                "--finish", "--params", "--show-pe", "--trace-shapes", "--inspect",
-                                               "--show-attention", "--test-len"};
+                                               "--show-attention", "--numbers", "--test-len", "--threads"};
+inline bool page_takes(const Flag& f) {
+    return std::find(PAGE_REFUSED.begin(), PAGE_REFUSED.end(), f.name) == PAGE_REFUSED.end();
+}
+inline Options page_options(const std::vector<std::string>& words) {
+    for (const std::string& w : words)
+        if (w.rfind("--", 0) == 0 && find_flag(w) && !page_takes(*find_flag(w)))
+            fail(w + " is not for the page: its buttons save, load and decode");
+    return parse_options(words);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The form: the flag table's rows, and what a command line sets
+// ---------------------------------------------------------------------------------------------
+// The page's form, from the flag table: the groups and their rows the page takes, each with its kind (what the
+// row's value is: "N" a whole number, "X" a number, "a|b|c" a choice, none a switch), names and help:
+// [{"title":"Model","flags":[{"name":"--d-model","kind":"whole","help":"..."},...]},...].
+inline std::string form_json() {
+    std::string groups;
+    for (const FlagGroup& g : flag_table()) {
+        std::string rows;
+        for (const Flag& f : g.flags) {
+            if (!page_takes(f)) continue;
+            std::string kind = f.value.empty() ? "switch" : f.value == "N" ? "whole" : f.value == "X" ? "number"
+                                                                                                     : "choice";
+            std::vector<std::string> names;  // a choice's value lists its names: "relu|gelu|swiglu"
+            for (std::size_t at = 0, bar; kind == "choice" && at <= f.value.size(); at = bar + 1) {
+                bar = std::min(f.value.find('|', at), f.value.size());
+                names.push_back(f.value.substr(at, bar - at));
+            }
+            rows += fmt("%s{\"name\":%s,\"kind\":\"%s\",\"names\":%s,\"help\":%s,\"checkpoint\":%s}",
+                        rows.empty() ? "" : ",", json_text(f.name).c_str(), kind.c_str(),
+                        json_list(names, json_text).c_str(), json_text(f.help).c_str(),
+                        f.fixed_by_checkpoint ? "true" : "false");
+        }
+        if (!rows.empty())
+            groups += fmt("%s{\"title\":%s,\"flags\":[%s]}", groups.empty() ? "" : ",", json_text(g.title).c_str(),
+                          rows.c_str());
+    }
+    return "[" + groups + "]";
+}
+
+// What a run's options set, one line a flag the page takes ("--pos rope"; "" for a switch left off): two command
+// lines that give the same lines ask for the same run.
+inline std::vector<std::string> page_settings(const Options& o) {
+    std::vector<std::string> given;
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags)
+            if (page_takes(f)) given.push_back(f.as_given(o));
+    return given;
+}
+// A command line's words, flag by flag: {{"--pos", "rope"}, {"--rmsnorm"}}.
+inline std::vector<std::vector<std::string>> flag_words(const std::vector<std::string>& words) {
+    std::vector<std::vector<std::string>> flags;
+    for (const std::string& w : words)
+        if (flags.empty() || w.rfind("--", 0) == 0) flags.push_back({w});
+        else flags.back().push_back(w);
+    return flags;
+}
+inline std::vector<std::string> joined(const std::vector<std::vector<std::string>>& flags) {
+    std::vector<std::string> words;
+    for (const auto& f : flags) words.insert(words.end(), f.begin(), f.end());
+    return words;
+}
+// The same command with only the flags that matter: a flag goes when the run is the same without it ("--pos
+// sinusoidal", the default; "--rmsnorm" after --llama, which sets it).
+inline std::vector<std::string> shortest_command(const std::vector<std::string>& words) {
+    const std::vector<std::string> wanted = page_settings(page_options(words));
+    std::vector<std::vector<std::string>> flags = flag_words(words);
+    for (std::size_t k = 0; k < flags.size();) {
+        std::vector<std::vector<std::string>> without = flags;
+        without.erase(without.begin() + long(k));
+        bool same = false;
+        try { same = page_settings(page_options(joined(without))) == wanted; } catch (const UsageError&) {}
+        if (same) flags = without; else k++;
+    }
+    return joined(flags);
+}
+// The command line of a model's settings (a checkpoint's): flag by flag in the table's order, each that changes the
+// run and is allowed there (a decoder-only model's 0 encoder blocks are --arch's, not --enc-layers 0's).
+inline std::vector<std::string> command_of(const Options& o) {
+    const std::vector<std::string> wanted = page_settings(o);
+    std::vector<std::string> words;
+    for (int pass = 0; pass < 3; pass++)
+        for (const FlagGroup& g : flag_table())
+            for (const Flag& f : g.flags) {
+                const std::string given = f.as_given(o);
+                if (!page_takes(f) || !f.fixed_by_checkpoint || given.empty() ||
+                    f.as_given(page_options(words)) == given)
+                    continue;
+                std::vector<std::string> more = words, add = split_words(given);
+                more.insert(more.end(), add.begin(), add.end());
+                try { page_options(more); words = more; } catch (const UsageError&) {}
+            }
+    return shortest_command(words);
+}
+// settings(flags): {"values":{"--d-model":"16","--rmsnorm":"on",...},"command":"--pos rope"}: each flag the page
+// takes as the run would have it ("" for a switch off, or a value that follows another's, as --min-len), and the
+// shortest command line asking for the same run.
+inline std::string settings_json(const std::string& text) {
+    const std::vector<std::string> words = split_words(text), command = shortest_command(words);
+    const Options o = page_options(words);
+    std::string values;
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags) {
+            if (!page_takes(f)) continue;
+            std::string given = f.as_given(o), value;
+            if (f.value.empty()) value = !given.empty() || std::count(command.begin(), command.end(), f.name) ? "on" : "";
+            else if (!given.empty()) value = given.substr(given.find(' ') + 1);
+            values += fmt("%s%s:%s", values.empty() ? "" : ",", json_text(f.name).c_str(), json_text(value).c_str());
+        }
+    return fmt("{\"values\":{%s},\"command\":%s}", values.c_str(), json_text(join(command, " ")).c_str());
+}
 
 struct Lab {
     Options options;
@@ -62,14 +179,18 @@ struct Lab {
     std::unique_ptr<TrainState> state;
     Origin origin;
     History history;  // the watched inputs, the losses since the last evaluation, the gradient sizes
-    long last = 0;    // the step training ends at (--steps)
+    long first = 0;   // the updates made when the model was made or loaded
+    long last = 0;    // the step training ends at (--steps, counted from `first`)
 
-    // What the page shows of a model once it is made or loaded.
+    // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, and the
+    // command line of its settings.
     std::string describe() const {
         const ModelConfig& c = model->config;
         return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"size\":%s,"
-                   "\"blocks\":%s}", state->updates, last, options.train.batch, parameter_count(*model),
-                   json_text(size_text(c, options.data)).c_str(), json_list(block_names(), json_text).c_str());
+                   "\"arch\":%s,\"blocks\":%s,\"command\":%s}", state->updates, last, options.train.batch,
+                   parameter_count(*model), json_text(size_text(c, options.data)).c_str(),
+                   json_text(ARCH_NAMES[int(c.arch)]).c_str(), json_list(block_names(), json_text).c_str(),
+                   json_text(join(command_of(options), " ")).c_str());
     }
     std::vector<std::string> block_names() const {
         std::vector<std::string> names;
@@ -79,51 +200,56 @@ struct Lab {
     }
     // A new run takes the place of the one before only once all of it is made: a refusal keeps the old one whole.
     void adopt(const Options& o, std::unique_ptr<Transformer> m, std::unique_ptr<TrainState> s, const Origin& from,
-               long last_step) {
+               long steps) {
         auto d = std::make_unique<Dataset>(o.data, std::vector<std::vector<int>>());
         if (d->held_out.empty()) fail("no held-out set is possible with these settings: raise seq-len");
-        options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d), last = last_step;
+        options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d);
+        first = state->updates, last = first + steps;
         history = History();  // (its pointers into the old model go with it)
         history.decoding = options.decode;
         history.watched = watched_examples(*data);
     }
 
     std::string start(const std::string& flags) {
-        std::vector<std::string> words = split_words(flags);
-        for (const std::string& w : words)
-            if (std::find(PAGE_REFUSED.begin(), PAGE_REFUSED.end(), w) != PAGE_REFUSED.end())
-                fail(w + " is not for the page: its buttons save, load and decode");
-        Options o = parse_options(words);
+        Options o = page_options(split_words(flags));
         Origin from;
         from.seed = long(o.seed);
         adopt(o, std::make_unique<Transformer>(o.model, o.seed), std::make_unique<TrainState>(o.train, o.seed), from,
               o.train.steps);
         return describe();
     }
+    // A loaded model's plan, as --load FILE --steps n: n steps on from where it was loaded (not below where it is).
+    std::string plan(long n) {
+        if (n < 0 || n > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", n, MAX_STEPS));
+        last = std::max(state->updates, first + n);
+        return describe();
+    }
 
-    // n steps (no further than the last), as train_run takes them; the losses, and the last step's gradient sizes.
+    // n steps (no further than the last), as train_run takes them: each step's loss and each block's gradient size.
+    // A loss that is not finite ends the run as it ends ./sorter's, by record_loss, with its message.
     std::string train(long n) {
         std::vector<double> losses;
-        std::string diverged;  // a loss that is not finite ends the slice, and the page says what to do
+        std::vector<std::vector<double>> norms;  // [step][block]
+        std::string diverged;
         for (long k = 0; k < n && state->updates < last && diverged.empty(); k++) {
             double loss = train_step(*model, *data, options.train, *state, last);
-            if (!std::isfinite(loss))
-                diverged = fmt("training diverged at step %ld (the loss is not a number): press Reset, with a smaller "
-                               "lr than %g", state->updates, options.train.lr);
-            else record_loss(options, history, loss, state->updates);
             losses.push_back(loss);
+            record_gradient_norms(*model, history);
+            try {
+                record_loss(options, history, loss, state->updates);
+            } catch (const UsageError& e) {
+                diverged = e.message;
+                last = state->updates;  // nothing more to train: the weights are not numbers
+            }
         }
-        if (!losses.empty()) record_gradient_norms(*model, history);
-        std::vector<double> norms;  // only the latest step's are kept
-        if (!history.gradient_norms.empty()) norms = history.gradient_norms.back();
-        history.gradient_norms.clear();
-        if (!diverged.empty()) last = state->updates;  // nothing more to train: the weights are not numbers
+        norms.swap(history.gradient_norms);  // only the page keeps them
         return fmt("{\"step\":%ld,\"last\":%ld,\"losses\":%s,\"gradients\":%s%s}", state->updates, last,
-                   json_list(losses, json_number).c_str(), json_list(norms, json_number).c_str(),
+                   json_list(losses, json_number).c_str(),
+                   json_list(norms, [](const std::vector<double>& v) { return json_list(v, json_number); }).c_str(),
                    diverged.empty() ? "" : (",\"diverged\":" + json_text(diverged)).c_str());
     }
 
-    // One row of the training table (print_evaluation's figures).
+    // One row of the training table: print_evaluation's figures, and its line as ./sorter prints it.
     std::string evaluate_now() {
         Accuracy a = evaluate(*model, data->held_out, history.decoding);
         double held_out_loss = teacher_forced_loss(*model, data->held_out);
@@ -131,9 +257,10 @@ struct Lab {
         history.recent_loss = 0.0;
         history.recent_steps = 0;
         return fmt("{\"step\":%ld,\"loss\":%s,\"held_out_loss\":%s,\"exact\":%s,\"token\":%s,\"right\":%d,"
-                   "\"total\":%d}",
+                   "\"total\":%d,\"line\":%s}",
                    state->updates, json_number(recent).c_str(), json_number(held_out_loss).c_str(),
-                   json_number(a.exact).c_str(), json_number(a.token).c_str(), a.exact_count, a.total);
+                   json_number(a.exact).c_str(), json_number(a.token).c_str(), a.exact_count, a.total,
+                   json_text(evaluation_line(state->updates, recent, held_out_loss, a)).c_str());
     }
 
     std::string watched() {
@@ -146,8 +273,12 @@ struct Lab {
         });
     }
 
+    // A typed input: digits apart, by spaces or by commas as ./sorter prints them ("1, 7, 4, 1, 5" or [1, 7, 4]).
     Example example_of(const std::string& digits) {
-        return make_example(parse_sequence(split_words(digits), options.data, "the input " + digits), options.data);
+        std::string spaced = digits;
+        for (char& ch : spaced)
+            if (ch == ',' || ch == '[' || ch == ']') ch = ' ';
+        return make_example(parse_sequence(split_words(spaced), options.data, "the input " + digits), options.data);
     }
     std::string attention(const std::string& digits) {
         Example e = example_of(digits);
@@ -187,9 +318,9 @@ struct Lab {
         if (!whole) fail("could not read the checkpoint back");
         return text;
     }
-    // A checkpoint's text, as ./sorter --load reads it. Training goes on `steps` more; with 0, to the steps its run
-    // planned (as --finish does), or none when the file does not say.
+    // A checkpoint's text, as ./sorter --load reads it; training goes on `steps` more, as --load FILE --steps N.
     std::string load(const std::string& text, long steps) {
+        if (steps < 0 || steps > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", steps, MAX_STEPS));
         std::istringstream in(text);
         Options o;
         auto s = std::make_unique<TrainState>(o.train, o.seed);
@@ -197,28 +328,10 @@ struct Lab {
         auto m = std::make_unique<Transformer>(read_checkpoint(in, "the checkpoint", o.data, o.train, *s, from));
         o.model = m->config;
         if (from.seed >= 0) o.seed = uint64_t(from.seed);
-        const long updates = s->updates;
-        adopt(o, std::move(m), std::move(s), from,
-              steps > 0 ? updates + steps : std::max(updates, from.planned_steps));
+        adopt(o, std::move(m), std::move(s), from, steps);
         return describe();
     }
 };
-
-// Every choice flag's names and default, from the flag table, so that the page's form offers what the program
-// takes: {"--act":{"names":["relu",...],"default":"relu"},...}.
-inline std::string choices_json() {
-    std::string json;
-    for (const FlagGroup& g : flag_table())
-        for (const Flag& f : g.flags) {
-            if (f.value.find('|') == std::string::npos) continue;  // a choice's value lists its names: "relu|gelu|..."
-            std::string names, given = f.as_given(DEFAULTS), value = f.value + "|";  // given: "--act relu"
-            for (std::size_t at = 0, bar; (bar = value.find('|', at)) != std::string::npos; at = bar + 1)
-                names += (names.empty() ? "" : ",") + json_text(value.substr(at, bar - at));
-            json += fmt("%s%s:{\"names\":[%s],\"default\":%s}", json.empty() ? "" : ",", json_text(f.name).c_str(),
-                        names.c_str(), json_text(given.substr(given.find(' ') + 1)).c_str());
-        }
-    return "{" + json + "}";
-}
 
 // ---------------------------------------------------------------------------------------------
 // The one function the page calls (em++ exports it): web_call("train", "", 50) and the like. The answer is
@@ -228,9 +341,11 @@ inline std::string web_answer(Lab& lab, const std::string& command, const std::s
     try {
         if (command == "start") return lab.start(text);
         if (command == "load") return lab.load(text, long(number));
-        if (command == "choices") return choices_json();
+        if (command == "form") return form_json();
+        if (command == "settings") return settings_json(text);
         if (!lab.model) fail("no model yet: start or load one first");
         if (command == "train") return lab.train(long(number));
+        if (command == "plan") return lab.plan(long(number));
         if (command == "evaluate") return lab.evaluate_now();
         if (command == "watched") return lab.watched();
         if (command == "attention") return lab.attention(text);

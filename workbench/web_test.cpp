@@ -50,18 +50,38 @@ TEST_CASE("web: a checkpoint loads and trains on") {
     CHECK(json_field(web_answer(other, "train", "", 30), "step") == 50);
     CHECK(contains(web_answer(other, "load", "not a checkpoint", 1), "\"error\":\"the checkpoint"));
     CHECK(json_field(other.describe(), "step") == 50);  // a file refused leaves the model as it was
-    Lab finishing;  // steps 0: on to the steps its run planned, as --finish
-    CHECK(json_field(web_answer(finishing, "load", text, 0), "last") == 20);
+    Lab scoring;  // steps 0: none, as --load FILE --steps 0
+    CHECK(json_field(web_answer(scoring, "load", text, 0), "last") == 20);
+    CHECK(json_field(web_answer(scoring, "plan", "", 7), "last") == 27);  // the page's steps field, changed
+    CHECK(json_field(web_answer(scoring, "train", "", 100), "step") == 27);
 }
 
-// A rate that makes the loss overflow: the slice ends at that step, says what to do, and trains no further.
-TEST_CASE("web: a run that diverges stops and says so") {
+// A checkpoint's settings come back as the command line that makes its model: the page's form and title show them.
+TEST_CASE("web: a checkpoint's command line") {
     Lab lab;
-    web_answer(lab, "start", "--lr 10 --steps 300", 0);
-    std::string trained = web_answer(lab, "train", "", 300);
-    CHECK(contains(trained, "\"diverged\":\"training diverged at step"));
+    web_answer(lab, "start", "--llama --heads 4 --steps 3", 0);
+    web_answer(lab, "train", "", 3);
+    Lab other;
+    std::string loaded = web_answer(other, "load", lab.checkpoint(), 0);
+    CHECK(contains(loaded, "\"command\":\"--heads 4 --arch decoder-only --pos rope --act swiglu --rmsnorm --kv-heads 2 "
+                           "--no-embed-scale --no-bias\""));
+    CHECK(contains(loaded, "\"arch\":\"decoder-only\""));
+    CHECK(contains(web_answer(lab, "start", "--optimizer adam --lr 0.01 --steps 3", 0),
+                   "\"command\":\"--lr 0.01 --optimizer adam\""));
+}
+
+// A rate that makes the loss overflow: the run ends at that step with ./sorter's message (record_loss's rule),
+// and trains no further.
+TEST_CASE("web: a run that diverges stops as ./sorter stops") {
+    const std::string flags = "--pos rope --rmsnorm --act swiglu --lr 10 --steps 2000";
+    const std::string printed = run_output(split_words(flags));  // its refusal: ./sorter's line on stderr
+    REQUIRE(contains(printed, "training diverged at step "));
+    Lab lab;
+    web_answer(lab, "start", flags, 0);
+    std::string trained = web_answer(lab, "train", "", 2000);
+    CHECK(contains(trained, "\"diverged\":" + json_text(printed)));
     CHECK(json_field(trained, "last") == json_field(trained, "step"));
-    CHECK(json_field(trained, "step") < 300);
+    CHECK(json_field(web_answer(lab, "train", "", 10), "step") == json_field(trained, "step"));
 }
 
 // What the page draws: every layer's and head's map, the watched inputs, a typed input decoded.
@@ -93,13 +113,40 @@ TEST_CASE("web: bad flags and inputs are answered with an error") {
 }
 
 
-// The page's form offers each choice's names as the program takes them, its default selected: the flag table's, so
-// a new value appears in the form without an edit to the page.
-TEST_CASE("the page: each choice's names and default come from the flag table") {
+// The page's form is the flag table's rows the page takes, each choice's names as the program takes them: a new
+// flag or value appears in the form without an edit to the page.
+TEST_CASE("web: the form comes from the flag table") {
     Lab lab;
-    std::string json = web_answer(lab, "choices", "", 0);
-    CHECK(contains(json, "\"--act\":{\"names\":[\"relu\",\"gelu\",\"swiglu\"],\"default\":\"relu\"}"));
-    CHECK(contains(json, "\"--schedule\":{\"names\":[\"constant\",\"linear\",\"warmup\"],\"default\":\"linear\"}"));
-    CHECK(contains(json, "\"--pos\":{\"names\":[\"sinusoidal\",\"learned\",\"none\",\"random\",\"rope\",\"alibi\"]"));
-    CHECK(!contains(json, "\"--steps\""));  // a number, not a choice
+    std::string form = web_answer(lab, "form", "", 0);
+    CHECK(contains(form, "{\"name\":\"--act\",\"kind\":\"choice\",\"names\":[\"relu\",\"gelu\",\"swiglu\"]"));
+    CHECK(contains(form, "{\"name\":\"--steps\",\"kind\":\"whole\",\"names\":[]"));
+    CHECK(contains(form, "{\"name\":\"--llama\",\"kind\":\"switch\""));
+    CHECK(contains(form, "{\"name\":\"--label-smoothing\",\"kind\":\"number\""));
+    for (const FlagGroup& g : flag_table())
+        for (const Flag& f : g.flags) CHECK(contains(form, json_text(f.name)) == page_takes(f));
+    CHECK(!contains(form, "Speed"));  // a group with no row the page takes
+}
+
+// What a command line sets, flag by flag, and the shortest command asking for the same run.
+TEST_CASE("web: settings and the shortest command") {
+    Lab lab;
+    std::string s = web_answer(lab, "settings", "--llama --pos alibi --rmsnorm --optimizer adam --heads 2", 0);
+    INFO(s);
+    CHECK(contains(s, "\"command\":\"--llama --pos alibi --optimizer adam\""));
+    CHECK(contains(s, "\"--pos\":\"alibi\""));
+    CHECK(contains(s, "\"--llama\":\"on\""));
+    CHECK(contains(s, "\"--rmsnorm\":\"on\""));
+    CHECK(contains(s, "\"--lr\":\"0.001\""));     // adam's
+    CHECK(contains(s, "\"--kv-heads\":\"1\""));   // half of --heads, --llama's
+    CHECK(contains(s, "\"--min-len\":\"\""));     // follows --seq-len
+    CHECK(contains(web_answer(lab, "settings", "--pos alibi --llama", 0), "comes before --llama"));
+    CHECK(contains(web_answer(lab, "settings", "--save x", 0), "is not for the page"));
+}
+
+// A typed input as ./sorter prints it: digits apart by commas, in brackets.
+TEST_CASE("web: an input with commas") {
+    Lab lab;
+    web_answer(lab, "start", "--steps 1", 0);
+    CHECK(contains(web_answer(lab, "decode", "[1, 7, 4, 1, 5]", 1), "\"answer\":[\"1\",\"1\",\"4\",\"5\",\"7\"]"));
+    CHECK(contains(web_answer(lab, "decode", "1,7", 1), "\"error\":"));  // 2 digits: too short
 }

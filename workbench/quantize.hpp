@@ -1,0 +1,87 @@
+// workbench/quantize.hpp -- --quantize BITS: a trained model's matrices of a product as whole numbers (matrix.hpp's
+// last section writes out the rules and the integer product), the error that costs, and how a checkpoint keeps them.
+// Inference only: a quantized model evaluates, decodes and is inspected, never trained. Tests: quantize_test.cpp.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "files.hpp"
+
+// The tensors quantized: every matrix of a product, by its name's last part: attention's W_q W_k W_v W_o, the
+// feed-forward's W_1 W_2 (W_3), out.W, and the embedding table (read by the tied output projection, or looked up).
+// Norms, biases and learned positions stay float64.
+inline std::string last_part(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+inline bool is_product_matrix(const std::string& name) {
+    const std::string last = last_part(name);
+    return last == "table" || last[0] == 'W';
+}
+// A Linear's W (d_in, d_out) is kept as its transpose (d_out, d_in), each output's weights in a row; the table
+// (vocab, d_model) is that already: the tied product's rows are the tokens.
+inline bool kept_transposed(const std::string& name) { return last_part(name) != "table"; }
+inline void set_quantized(Param& p, const std::string& name, Quantized Q) {
+    Matrix W = dequantize(Q);  // what the float readers of the weights see (--inspect, the report)
+    p.value = kept_transposed(name) ? transpose(W) : W;
+    p.quantized = {std::move(Q)};
+}
+// A valid width: 2 to 8 bits.
+inline bool valid_bits(long bits) { return bits >= 2 && bits <= 8; }
+
+// Quantize every matrix of a product, printing each one's largest error and the half step it stays within.
+inline void quantize_model(Transformer& model, int bits) {
+    double worst = 0.0;
+    for (auto& [name, p] : model.parameters()) {
+        if (!is_product_matrix(name)) continue;
+        const Matrix Wt = kept_transposed(name) ? transpose(p->value) : p->value;
+        Quantized Q = quantize(Wt, bits);
+        const Matrix back = dequantize(Q);
+        double error = 0.0, half_step = 0.0;
+        for (std::size_t i = 0; i < Wt.data.size(); i++) error = std::max(error, std::fabs(Wt.data[i] - back.data[i]));
+        for (double s : Q.scale) half_step = std::max(half_step, std::fabs(s) / 2);
+        std::printf("quantized %-28s %-10s to %d bits, groups of %2d: max error %.6f (largest half step %.6f)\n",
+                    name.c_str(), shape_text(p->value).c_str(), bits, Q.group, error, half_step);
+        worst = std::max(worst, error);
+        set_quantized(*p, name, std::move(Q));
+    }
+    model.config.bits = bits;
+    std::printf("max error in any group: %.6f\n", worst);
+}
+
+// In a checkpoint (version 7, `bits` above 0), a quantized tensor's values are its kept rows, one a line: the row's
+// group scales (float32 values, as runq.c keeps them: "%.9g" reads back to the same float), then its whole numbers.
+inline void write_quantized(FILE* f, const Quantized& Q) {
+    for (int r = 0; r < Q.rows; r++) {
+        for (int g = 0; g < Q.groups(); g++) std::fprintf(f, "%.9g ", Q.scale[std::size_t(r) * Q.groups() + g]);
+        for (int c = 0; c < Q.cols; c++)
+            std::fprintf(f, "%d%c", int(Q.q[std::size_t(r) * Q.cols + c]), c + 1 == Q.cols ? '\n' : ' ');
+    }
+}
+inline void read_quantized(WordReader& r, const std::string& name, Param& p, int bits) {
+    const Matrix& W = p.value;
+    Quantized Q;
+    Q.rows = kept_transposed(name) ? W.cols : W.rows, Q.cols = kept_transposed(name) ? W.rows : W.cols;
+    Q.bits = bits, Q.group = group_for(bits, Q.cols);
+    const long lowest = bits == 8 ? -127 : -(1L << (bits - 1)), highest = bits == 8 ? 127 : (1L << (bits - 1)) - 1;
+    const std::string what = "tensor '" + name + "'";
+    for (int row = 0; row < Q.rows; row++) {
+        for (int g = 0; g < Q.groups(); g++) {
+            std::string w = r.next();
+            double scale = 0;
+            if (w.empty()) r.error("the file ends early (truncated) inside " + what);
+            if (!parse_finite(w, scale) || std::fabs(scale) > 1e100)
+                r.error(what + fmt(" row %d: scale '", row) + w + "' is not a finite number");
+            Q.scale.push_back(double(float(scale)));  // the float "%.9g" was written from
+        }
+        for (int c = 0; c < Q.cols; c++) {
+            std::string w = r.next();
+            long q = 0;
+            if (w.empty()) r.error("the file ends early (truncated) inside " + what);
+            const bool negative = w.size() > 1 && w[0] == '-';  // parse_whole reads digits alone
+            if (!parse_whole(negative ? w.substr(1) : w, negative ? 1 : 0, negative ? -lowest : highest, q))
+                r.error(what + fmt(" row %d: '", row) + w + fmt("' is not a whole number from %ld to %ld (%d bits)",
+                                                                lowest, highest, bits));
+            Q.q.push_back(int8_t(negative ? -q : q));
+        }
+    }
+    set_quantized(p, name, std::move(Q));
+}
