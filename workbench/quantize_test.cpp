@@ -98,3 +98,35 @@ TEST_CASE("quantize: the integer product gives the same bits on any thread count
     }
     threads.set_count(1);
 }
+
+// A quantized default checkpoint runs through every way of using a trained model, with the figures it prints
+// when evaluated; what cannot be done with one is refused in one line (exit 2 from main).
+#include "test_runs.hpp"
+
+TEST_CASE("quantize: a quantized checkpoint evaluates, decodes, scores, inspects and reports; misuse is refused") {
+    TempDir dir("quantized-runs");
+    const std::string m = dir.file("m.txt"), m8 = dir.file("m8.txt");
+    REQUIRE(contains(run_output({"--steps", "300", "--save", m}), "exact-match 93.0% (930/1000)"));
+    const std::string quantized = run_output({"--load", m, "--quantize", "8", "--save", m8});
+    CHECK(contains(quantized, "max error in any group: 0.003641"));
+    const std::string figure = "held-out: exact-match 92.9% (929/1000), token-accuracy 97.7%";
+    CHECK(contains(quantized, figure));  // as evaluated when quantized, and as evaluated when loaded
+    CHECK(contains(run_output({"--load", m8}), figure));
+    CHECK(contains(run_output({"--load", m8, "--beam", "3"}), "exact-match 94.1% (941/1000)"));
+    CHECK(contains(run_output({"--load", m8, "--test-len", "7"}), "length  7:   4.5% (9/200)"));
+    CHECK(contains(run_output({"--load", m8, "--inspect"}), "decoder.0 cross-attention head 1:  68.8%"));
+    CHECK(contains(run_output({"--load", m8, "--report", dir.file("r.html")}), "wrote "));
+    CHECK(contains(read_all(dir.file("r.html")), "92.9%"));
+    CHECK(contains(run_error({"--load", m8, "--steps", "5"}), "quantized to 8 bits, which cannot train"));
+    CHECK(contains(run_error({"--load", m8, "--quantize", "4"}), "is quantized already (8 bits)"));
+    // A file whose bits line says 1, and one whose quantized row holds a value beyond 8 bits.
+    std::string text = read_all(m8);
+    std::ofstream(dir.file("b1.txt")) << replace_once(text, "\nbits 8\n", "\nbits 1\n");
+    CHECK(contains(run_error({"--load", dir.file("b1.txt")}), "bits 1: a quantized model has 2 to 8 bits"));
+    const std::size_t row = text.find('\n', text.find("tensor embed.table"));
+    const std::size_t value = text.find(' ', row + 1);  // after row 0's scale: its first whole number
+    text.replace(value + 1, text.find(' ', value + 1) - value - 1, "300");
+    std::ofstream(dir.file("bad.txt")) << text;
+    CHECK(contains(run_error({"--load", dir.file("bad.txt")}),
+                   "tensor 'embed.table' row 0: '300' is not a whole number from -127 to 127 (8 bits)"));
+}
