@@ -425,7 +425,7 @@ inline void check_encoder_block(Checker& c, const ModelConfig& config) {
         EncoderBlock block(small, rng);
         jitter(params_of(block, "block"), rng);
         Matrix x = random_matrix(5, 8, rng), dx(5, 8), mask = padding_mask(5, {PADDED_SOURCE});
-        check_block(c, where == NormPlace::pre ? "EncoderBlock (pre-norm)" : "EncoderBlock (post-norm)",
+        check_block(c, "EncoderBlock (" + NORM_PLACE_NAMES[int(where)] + "-norm)",
                     tensors_of(params_of(block, "block"), {{"x", &x, &dx}}),
                     [&] {
                         draws = Rng(6);  // dropout: the same masks at every pass
@@ -444,7 +444,7 @@ inline void check_decoder_block(Checker& c, const ModelConfig& config) {
         jitter(params_of(block, "block"), rng);
         Matrix y = random_matrix(4, 8, rng), dy(4, 8), memory = random_matrix(5, 8, rng), d_memory(5, 8);
         Matrix causal = causal_mask(4), mask = padding_mask(4, {PADDED_SOURCE});
-        check_block(c, where == NormPlace::pre ? "DecoderBlock (pre-norm)" : "DecoderBlock (post-norm)",
+        check_block(c, "DecoderBlock (" + NORM_PLACE_NAMES[int(where)] + "-norm)",
                     tensors_of(params_of(block, "block"), {{"y", &y, &dy}, {"memory", &memory, &d_memory}}),
                     [&] {
                         draws = Rng(6);
