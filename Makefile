@@ -121,14 +121,16 @@ gradcheck: gradcheck-tests
 	 wait $$half; status=$$?; cat gradcheck-half.log; rm -f gradcheck-half.log; \
 	 test $$rest -eq 0 && test $$status -eq 0
 
-# Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp).
+# Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp,
+# exercise_check.hpp, exercise_grade.hpp).
 #   make exercises                    the list
 #   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history
 #   make check                        in the copy: the gradient checks and a short training run; the last line, the grade
 #                                     (in the repository: make check NAME=softmax)
 # The check is built alone, at -Og as make gradcheck: the rebuild after a student's edit and the run take seconds.
-exercise-check: $(HEADERS) workbench/exercises.hpp workbench/text.hpp Makefile
-	printf '#include "workbench/exercises.hpp"\nint main(int argc, char** argv) { return exercises::run(argc, argv); }\n' | \
+EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_check.hpp workbench/exercise_grade.hpp workbench/text.hpp
+exercise-check: $(HEADERS) $(EXERCISE_CHECK) Makefile
+	printf '#include "workbench/exercise_grade.hpp"\nint main(int argc, char** argv) { return exercises::run(argc, argv); }\n' | \
 	  $(CXX) $(FIXED) $(CXXFLAGS) -Og -I. -x c++ -o $@ -
 exercises: exercise-check
 	@./exercise-check --list

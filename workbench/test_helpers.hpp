@@ -1,5 +1,5 @@
 // workbench/test_helpers.hpp -- what the workbench's tests share: a command line parsed, a scratch
-// directory, a file read whole, a small trained model, a checkpoint's text and its load error.
+// directory, a small trained model, a checkpoint's text and its load error (a file read whole: text.hpp's read_all).
 // Each *_test.cpp beside a header tests that header; `make test` links them with tests.cpp into one
 // binary, so doctest prints one summary for all.
 #pragma once
@@ -18,7 +18,7 @@
 #include "checkpoint.hpp"
 #include "options.hpp"
 
-// Helpers for this part: a command line parsed, a scratch directory, a file read whole.
+// Helpers for this part: a command line parsed, a scratch directory.
 
 // Parse a command line; returns the error message, or "" when it parsed.
 inline std::string parse_error(const std::vector<std::string>& args, Options* out = nullptr) {
@@ -71,13 +71,6 @@ std::string printed_by(F f) {
     for (int ch; (ch = std::fgetc(file)) != EOF;) text += char(ch);
     std::fclose(file);
     return text;
-}
-
-inline std::string read_all(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 // A small model with every optional tensor (learned positions), trained a few steps so its

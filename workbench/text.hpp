@@ -1,6 +1,6 @@
 // workbench/text.hpp -- the errors and the text every part of the program uses.
 //
-// Sections: UsageError and fail(); text helpers (join, split_words, fmt, printable, shape_text);
+// Sections: UsageError and fail(); text helpers (join, split_words, fmt, printable, shape_text, read_all);
 // numbers as every flag, input file and checkpoint spells them.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ inline std::string number_text(double v, int decimals = 4) {
 // log10 for the pictures' log axes, from matrix.hpp's maths::log like every number the program prints.
 inline double log10_of(double v) { return maths::log(v) * 0.43429448190325182765; }  // 1 / ln 10
 inline std::string shape_text(int rows, int cols) { return fmt("(%d, %d)", rows, cols); }  // "(5, 16)"
+inline std::string read_all(const std::string& path) {  // a file read whole ("" if it cannot be read)
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
 
 // What a number is, in every flag, input file and checkpoint: decimal digits, and for a real number
