@@ -388,11 +388,7 @@ TEST_CASE("softmax rows sum to 1 and stay finite for large logits") {
 // A small model shape for the block checks: d_model 8 in 2 heads of d_k 4, d_ff 12, vocab 7.
 ModelConfig small_config() {
     ModelConfig c;
-    c.vocab = 7;  // PAD 0, digits 1..5, START 6
-    c.max_len = 6;
-    c.d_model = 8;
-    c.n_heads = 2;
-    c.d_ff = 12;
+    c.vocab = 7, c.max_len = 6, c.d_model = 8, c.n_heads = 2, c.d_ff = 12;  // vocab: PAD 0, digits 1..5, START 6
     return c;
 }
 
@@ -829,16 +825,12 @@ TEST_CASE("padding: PAD source positions get zero attention and zero gradient") 
 // block.
 DataConfig tiny_data() {
     DataConfig d;
-    d.seq_len = 4;
-    d.min_len = 2;
-    d.max_digit = 5;
+    d.seq_len = 4, d.min_len = 2, d.max_digit = 5;
     return d;
 }
 ModelConfig tiny_model(const DataConfig& d) {
     ModelConfig c = fit_to_data(ModelConfig(), d);
-    c.d_model = 8;
-    c.n_heads = 2;
-    c.d_ff = 12;
+    c.d_model = 8, c.n_heads = 2, c.d_ff = 12;
     return c;
 }
 
@@ -960,24 +952,25 @@ void check_model(const std::string& name, const ModelConfig& c, double label_smo
     });
 }
 
+// tiny_model with some of its choices changed by `set`: the whole model's gradient check of that variant.
+void check_model_with(const std::string& name, void (*set)(ModelConfig&)) {
+    ModelConfig c = tiny_model(tiny_data());
+    set(c);
+    check_model(name, c);
+}
+
 TEST_CASE("gradient: whole model, default (pre-norm, sinusoidal, ReLU, scaled embedding)") {
     check_model("model (default)", tiny_model(tiny_data()));
 }
 TEST_CASE("gradient: whole model, NormPlace::post") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.norm_place = NormPlace::post;
-    check_model("model (post-norm)", c);
+    check_model_with("model (post-norm)", [](ModelConfig& c) { c.norm_place = NormPlace::post; });
 }
 TEST_CASE("gradient: whole model, Positions::learned") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.positions = Positions::learned;
-    check_model("model (learned positions)", c);
+    check_model_with("model (learned positions)", [](ModelConfig& c) { c.positions = Positions::learned; });
 }
 TEST_CASE("gradient: whole model, Positions::random") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.positions = Positions::random;
-    c.max_len = 12;  // each source of 4 reads 4 rows drawn from 12
-    check_model("model (random positions)", c);
+    check_model_with("model (random positions)",  // each source of 4 reads 4 rows drawn from 12
+                     [](ModelConfig& c) { c.positions = Positions::random, c.max_len = 12; });
 }
 // Outside training, random positions come from the source itself: one input reads the same rows alone
 // or in a batch, decoding gives the same outputs every time, and it never moves the training draws.
@@ -1007,19 +1000,13 @@ TEST_CASE("Positions::random: training draws anew, evaluation reads each input's
     CHECK(first_draw != model.source_rows[0]);  // 4 of 16 rows twice: the same list 1 time in 1,820
 }
 TEST_CASE("gradient: whole model, Positions::none") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.positions = Positions::none;
-    check_model("model (no positions)", c);
+    check_model_with("model (no positions)", [](ModelConfig& c) { c.positions = Positions::none; });
 }
 TEST_CASE("gradient: whole model, Activation::gelu") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.activation = Activation::gelu;
-    check_model("model (GELU)", c);
+    check_model_with("model (GELU)", [](ModelConfig& c) { c.activation = Activation::gelu; });
 }
 TEST_CASE("gradient: whole model, embed_scale = false") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.embed_scale = false;
-    check_model("model (no embed scale)", c);
+    check_model_with("model (no embed scale)", [](ModelConfig& c) { c.embed_scale = false; });
 }
 // Tied weights: embed.table is read three times (source, target, output projection); its gradient is the
 // sum of the three uses, and out.W is not in the list.
@@ -1031,17 +1018,13 @@ TEST_CASE("gradient: whole model, tied embeddings") {
     for (auto& [name, p] : model.parameters()) CHECK(name != "out.W");
 }
 TEST_CASE("gradient: whole model, dropout 0.1 and attention dropout 0.1") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.dropout = c.attn_dropout = 0.1;
-    check_model("model (dropout)", c);
+    check_model_with("model (dropout)", [](ModelConfig& c) { c.dropout = c.attn_dropout = 0.1; });
 }
 TEST_CASE("gradient: whole model, label smoothing 0.1") {
     check_model("model (label smoothing)", tiny_model(tiny_data()), 0.1);
 }
 TEST_CASE("gradient: whole model, 2 encoder + 2 decoder blocks") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.enc_layers = c.dec_layers = 2;
-    check_model("model (2+2 layers)", c);
+    check_model_with("model (2+2 layers)", [](ModelConfig& c) { c.enc_layers = c.dec_layers = 2; });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1201,29 +1184,19 @@ TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positio
 
 // Each of today's blocks in the whole model, and all of them at once.
 TEST_CASE("gradient: whole model, RMSNorm") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.rms_norm = true;
-    check_model("model (RMSNorm)", c);
+    check_model_with("model (RMSNorm)", [](ModelConfig& c) { c.rms_norm = true; });
 }
 TEST_CASE("gradient: whole model, SwiGLU") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.activation = Activation::swiglu;
-    check_model("model (SwiGLU)", c);
+    check_model_with("model (SwiGLU)", [](ModelConfig& c) { c.activation = Activation::swiglu; });
 }
 TEST_CASE("gradient: whole model, rotary positions") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.positions = Positions::rope;
-    check_model("model (rotary)", c);
+    check_model_with("model (rotary)", [](ModelConfig& c) { c.positions = Positions::rope; });
 }
 TEST_CASE("gradient: whole model, ALiBi") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.positions = Positions::alibi;
-    check_model("model (ALiBi)", c);
+    check_model_with("model (ALiBi)", [](ModelConfig& c) { c.positions = Positions::alibi; });
 }
 TEST_CASE("gradient: whole model, multi-query attention") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.kv_heads_asked = 1;
-    check_model("model (multi-query)", c);
+    check_model_with("model (multi-query)", [](ModelConfig& c) { c.kv_heads_asked = 1; });
 }
 // Decoder-only: one causal stack over source, START and answer; the loss reads the answer's rows only, and the
 // gradient flows back through the source's rows too (the answer attends to them). With every position kind.
@@ -1238,16 +1211,16 @@ TEST_CASE("gradient: whole model, decoder-only, with each position kind") {
 }
 // The Llama recipe (--llama): decoder-only, RMSNorm, SwiGLU, rotary positions, grouped-query attention.
 TEST_CASE("gradient: whole model, decoder-only with RMSNorm + SwiGLU + rotary + grouped-query (--llama)") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.arch = Arch::decoder_only, c.enc_layers = 0, c.dec_layers = 2, c.max_len = positions_read(c, tiny_data().seq_len);
-    c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = Positions::rope;
-    check_model("model (llama)", c);
+    check_model_with("model (llama)", [](ModelConfig& c) {
+        c.arch = Arch::decoder_only, c.enc_layers = 0, c.dec_layers = 2, c.max_len = positions_read(c, tiny_data().seq_len);
+        c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu, c.positions = Positions::rope;
+    });
 }
 TEST_CASE("gradient: whole model, RMSNorm + SwiGLU + rotary + grouped-query, post-norm, 2+2") {
-    ModelConfig c = tiny_model(tiny_data());
-    c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu;
-    c.positions = Positions::rope, c.norm_place = NormPlace::post, c.enc_layers = c.dec_layers = 2;
-    check_model("model (today's blocks)", c);
+    check_model_with("model (today's blocks)", [](ModelConfig& c) {
+        c.n_heads = 4, c.kv_heads_asked = 2, c.rms_norm = true, c.activation = Activation::swiglu;
+        c.positions = Positions::rope, c.norm_place = NormPlace::post, c.enc_layers = c.dec_layers = 2;
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1766,79 +1739,6 @@ TEST_CASE("training: a stacked mini-batch gives the same bits as its examples on
     // greedy decoding of the stack: the same outputs as one source at a time
     std::vector<std::vector<int>> together = greedy_decode(stacked, sources, d.seq_len);
     for (std::size_t i = 0; i < sources.size(); i++) CHECK(together[i] == greedy_decode(one, {sources[i]}, d.seq_len)[0]);
-}
-
-// --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
-// moments and losses, and greedy decoding the same outputs. Two sizes, large enough to be cut (products above
-// PARALLEL_WORK, sequences' attention too); SGD, momentum and Adam; today's blocks (decoder-only, rotary, grouped-query,
-// SwiGLU, RMSNorm); variable lengths with post-norm, GELU and ALiBi; and attention dropout, whose sequences run in
-// turn, beside dropout elsewhere.
-TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 threads") {
-    struct Case { std::string name; std::function<void(ModelConfig&, DataConfig&, TrainConfig&)> set; };
-    std::vector<Case> cases = {
-        {"d_model 32, SGD", [](ModelConfig&, DataConfig&, TrainConfig&) {}},
-        {"d_model 64, 8 heads, 2 + 2 layers, momentum", [](ModelConfig& m, DataConfig& d, TrainConfig& t) {
-             m.d_model = 64, m.n_heads = 8, m.d_ff = 64, m.enc_layers = m.dec_layers = 2, d.seq_len = 6;
-             t.optimizer = OptimizerKind::momentum, t.lr = 0.02, t.batch = 16;
-         }},
-        {"Adam, clip, weight decay", [](ModelConfig&, DataConfig&, TrainConfig& t) {
-             t.optimizer = OptimizerKind::adam, t.lr = 0.003, t.clip = 1.0, t.weight_decay = 0.01;
-         }},
-        {"decoder-only, rotary, grouped-query, SwiGLU, RMSNorm", [](ModelConfig& m, DataConfig&, TrainConfig&) {
-             m.arch = Arch::decoder_only, m.enc_layers = 0, m.positions = Positions::rope, m.kv_heads_asked = 2;
-             m.activation = Activation::swiglu, m.rms_norm = true;
-         }},
-        {"variable lengths, post-norm, GELU, ALiBi", [](ModelConfig& m, DataConfig& d, TrainConfig&) {
-             d.min_len = 3, m.norm_place = NormPlace::post, m.activation = Activation::gelu, m.positions = Positions::alibi;
-         }},
-        {"dropout and attention dropout", [](ModelConfig& m, DataConfig&, TrainConfig&) {
-             m.dropout = 0.1, m.attn_dropout = 0.1;
-         }},
-        {"attention in tiles, attention dropout, ALiBi, variable lengths", [](ModelConfig& m, DataConfig& d,
-                                                                               TrainConfig&) {
-             m.attention = Attention::flash, m.attn_dropout = 0.1, m.positions = Positions::alibi, d.min_len = 3;
-         }},
-        {"attention in tiles, decoder-only, grouped-query", [](ModelConfig& m, DataConfig&, TrainConfig&) {
-             m.attention = Attention::flash, m.arch = Arch::decoder_only, m.enc_layers = 0, m.kv_heads_asked = 2;
-         }},
-    };
-    for (const Case& c : cases) {
-        DataConfig d;
-        d.seq_len = 8;
-        ModelConfig m;
-        m.d_model = 32, m.n_heads = 4, m.d_ff = 128;
-        TrainConfig t;
-        t.batch = 24;
-        c.set(m, d, t);
-        m = fit_to_data(m, d);
-        Dataset data(d, {}, 60, 7);
-        Inputs held = inputs_of(data.held_out, 0, data.held_out.size());
-        struct Run { std::vector<Matrix> values, moments; std::vector<double> losses; std::vector<std::vector<int>> out; };
-        auto run = [&](int count) {
-            threads.set_count(count);
-            Transformer model(m, 3);
-            TrainState state(t, 3);
-            Run r;
-            for (int step = 0; step < 4; step++) r.losses.push_back(train_step(model, data, t, state, 4));
-            for (auto& [name, param] : model.parameters()) r.values.push_back(param->value);
-            for (const std::vector<Matrix>* means : {&state.optimizer.m, &state.optimizer.s})
-                r.moments.insert(r.moments.end(), means->begin(), means->end());
-            r.out = greedy_decode(model, held.sources, d.seq_len);
-            return r;
-        };
-        const Run one = run(1);
-        for (int count : {2, 3, 8}) {
-            INFO(c.name << " on " << count << " threads");
-            const Run many = run(count);
-            CHECK(many.losses == one.losses);
-            CHECK(many.out == one.out);
-            REQUIRE(many.values.size() == one.values.size());
-            for (std::size_t i = 0; i < one.values.size(); i++) CHECK(many.values[i].data == one.values[i].data);
-            REQUIRE(many.moments.size() == one.moments.size());
-            for (std::size_t i = 0; i < one.moments.size(); i++) CHECK(many.moments[i].data == one.moments[i].data);
-        }
-    }
-    threads.set_count(1);
 }
 
 // The real thing: the default model, seed 1, batch 32, lr 0.3, the same weights and the same

@@ -16,7 +16,7 @@
 // lanes would change the rounding. So these kernels keep each chain whole and in order, and find
 // speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C stays in registers while p runs over
 // the whole sum, so each number loaded from A or B serves many entries, and the TILE_COLS chains of a
-// row fill the vector lanes. Same bits as the loops above (tests.cpp checks), which stay the reference.
+// row fill the vector lanes. Same bits as the loops above (kernels_test.cpp checks), which stay the reference.
 // The fastest tile measured here depends on the compiler: g++ with 512-bit vectors keeps a row of 8 sums in
 // one register and multiplies it by A's number straight from memory (docs/performance.md); others, 6 x 16.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)

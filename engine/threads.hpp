@@ -1,6 +1,6 @@
 // engine/threads.hpp -- the pool that engine/kernels.hpp shares its work out on (--threads N).
 // kernels.hpp's parallel_for says how a piece of work is cut into ranges, one a thread; this is who runs them.
-// Tests: threads_test.cpp beside it; the same bits on any count, kernels_test.cpp and tests.cpp.
+// Tests: threads_test.cpp beside it (the whole model's same bits on any count too); the kernels', kernels_test.cpp.
 #pragma once
 
 #include <atomic>

@@ -1,14 +1,17 @@
-// engine/threads_test.cpp -- tests of the pool (threads.hpp): every part runs once a round, and a part that
-// throws is rethrown by the caller. That results keep their bits on any count is tests.cpp's.
+// engine/threads_test.cpp -- tests of the pool (threads.hpp): every part runs once a round, a part that throws is
+// rethrown by the caller, and the whole model, trained and decoded on the pool, keeps its bits on any thread count
+// (the last test reads the tutorial, which runs on the pool: train.hpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../train.hpp"  // the whole model, for the bits on any count
 #include "threads.hpp"
 
 // A part that throws (out of memory, say) must not end the program from a worker, nor leave the others
@@ -80,4 +83,77 @@ TEST_CASE("threads: on a busy machine the pool starts and stops at once, with or
     for (std::thread& t : hogs) t.join();
     CHECK(no_job < 0.25);
     CHECK(after_a_job < 0.25);
+}
+
+// --threads N for the whole model: training on 1, 2, 3 and 8 threads gives the same bits, parameters, optimizer
+// moments and losses, and greedy decoding the same outputs. Two sizes, large enough to be cut (products above
+// PARALLEL_WORK, sequences' attention too); SGD, momentum and Adam; today's blocks (decoder-only, rotary, grouped-query,
+// SwiGLU, RMSNorm); variable lengths with post-norm, GELU and ALiBi; and attention dropout, whose sequences run in
+// turn, beside dropout elsewhere.
+TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 threads") {
+    struct Case { std::string name; std::function<void(ModelConfig&, DataConfig&, TrainConfig&)> set; };
+    std::vector<Case> cases = {
+        {"d_model 32, SGD", [](ModelConfig&, DataConfig&, TrainConfig&) {}},
+        {"d_model 64, 8 heads, 2 + 2 layers, momentum", [](ModelConfig& m, DataConfig& d, TrainConfig& t) {
+             m.d_model = 64, m.n_heads = 8, m.d_ff = 64, m.enc_layers = m.dec_layers = 2, d.seq_len = 6;
+             t.optimizer = OptimizerKind::momentum, t.lr = 0.02, t.batch = 16;
+         }},
+        {"Adam, clip, weight decay", [](ModelConfig&, DataConfig&, TrainConfig& t) {
+             t.optimizer = OptimizerKind::adam, t.lr = 0.003, t.clip = 1.0, t.weight_decay = 0.01;
+         }},
+        {"decoder-only, rotary, grouped-query, SwiGLU, RMSNorm", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.arch = Arch::decoder_only, m.enc_layers = 0, m.positions = Positions::rope, m.kv_heads_asked = 2;
+             m.activation = Activation::swiglu, m.rms_norm = true;
+         }},
+        {"variable lengths, post-norm, GELU, ALiBi", [](ModelConfig& m, DataConfig& d, TrainConfig&) {
+             d.min_len = 3, m.norm_place = NormPlace::post, m.activation = Activation::gelu, m.positions = Positions::alibi;
+         }},
+        {"dropout and attention dropout", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.dropout = 0.1, m.attn_dropout = 0.1;
+         }},
+        {"attention in tiles, attention dropout, ALiBi, variable lengths", [](ModelConfig& m, DataConfig& d,
+                                                                               TrainConfig&) {
+             m.attention = Attention::flash, m.attn_dropout = 0.1, m.positions = Positions::alibi, d.min_len = 3;
+         }},
+        {"attention in tiles, decoder-only, grouped-query", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.attention = Attention::flash, m.arch = Arch::decoder_only, m.enc_layers = 0, m.kv_heads_asked = 2;
+         }},
+    };
+    for (const Case& c : cases) {
+        DataConfig d;
+        d.seq_len = 8;
+        ModelConfig m;
+        m.d_model = 32, m.n_heads = 4, m.d_ff = 128;
+        TrainConfig t;
+        t.batch = 24;
+        c.set(m, d, t);
+        m = fit_to_data(m, d);
+        Dataset data(d, {}, 60, 7);
+        Inputs held = inputs_of(data.held_out, 0, data.held_out.size());
+        struct Run { std::vector<Matrix> values, moments; std::vector<double> losses; std::vector<std::vector<int>> out; };
+        auto run = [&](int count) {
+            threads.set_count(count);
+            Transformer model(m, 3);
+            TrainState state(t, 3);
+            Run r;
+            for (int step = 0; step < 4; step++) r.losses.push_back(train_step(model, data, t, state, 4));
+            for (auto& [name, param] : model.parameters()) r.values.push_back(param->value);
+            for (const std::vector<Matrix>* means : {&state.optimizer.m, &state.optimizer.s})
+                r.moments.insert(r.moments.end(), means->begin(), means->end());
+            r.out = greedy_decode(model, held.sources, d.seq_len);
+            return r;
+        };
+        const Run one = run(1);
+        for (int count : {2, 3, 8}) {
+            INFO(c.name << " on " << count << " threads");
+            const Run many = run(count);
+            CHECK(many.losses == one.losses);
+            CHECK(many.out == one.out);
+            REQUIRE(many.values.size() == one.values.size());
+            for (std::size_t i = 0; i < one.values.size(); i++) CHECK(many.values[i].data == one.values[i].data);
+            REQUIRE(many.moments.size() == one.moments.size());
+            for (std::size_t i = 0; i < one.moments.size(); i++) CHECK(many.moments[i].data == one.moments[i].data);
+        }
+    }
+    threads.set_count(1);
 }
