@@ -177,11 +177,12 @@ inline void record_gradient_norms(Transformer& model, History& h) {
 // Training diverged at `step` (`why`: "loss nan"): the run ends, saying what its --save file holds, the checkpoint
 // --save-every wrote last (every save waits for its step's loss to be finite) or nothing of this run.
 [[noreturn]] inline void diverged(const Options& o, const History& history, long step, const std::string& why) {
-    fail(fmt("training diverged at step %ld (%s); try a smaller --lr than %g. ", step, why.c_str(), o.train.lr) +
-         (history.saved_at ? fmt("%s holds the checkpoint of step %ld (--save-every %ld), the last before the loss "
-                                 "went wrong; nothing else was saved or drawn", o.save_path.c_str(),
-                                 history.saved_at, o.save_every)
-                           : "Nothing was saved or drawn"));
+    const std::string kept = history.saved_at ? fmt("%s holds the checkpoint of step %ld (--save-every %ld), the last "
+                                                    "before the loss went wrong; nothing else", o.save_path.c_str(),
+                                                    history.saved_at, o.save_every)
+                                              : "Nothing";
+    fail(fmt("training diverged at step %ld (%s); try a smaller --lr than %g. ", step, why.c_str(), o.train.lr) + kept +
+         " was saved or drawn");
 }
 // A step's loss, kept; one that is not finite ends the run.
 inline void record_loss(const Options& o, History& history, double loss, long step) {
