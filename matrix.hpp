@@ -9,14 +9,13 @@
 //   d_ff     hidden width of the feed-forward layer
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
-// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; maths (exp, log, sin, cos, pow);
-// softmax_rows; relu; gelu; silu and multiply (SwiGLU's); blocks of rows; quantization. A first reading skips the
-// sections under a rule of ~ (maths, gelu, silu, quantization), as in every file of the tutorial. The model multiplies with
-// engine/kernels.hpp's *_fast kernels, beneath the tutorial: the same bits as matmul and matmul_bt here, faster
-// and on every core; these loops are the math.
-// The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into
-// gradient matrices the caller has zeroed. Adding, not assigning, is the chain rule's sum
-// over every path from an input to the loss: when one input feeds two places, both add in.
+// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; maths (exp, log, sin, cos, pow); softmax_rows;
+// relu; gelu; silu and multiply (SwiGLU's); blocks of rows; quantization. A first reading skips the sections under a
+// rule of ~, as in every file. The model multiplies with engine/kernels.hpp's *_fast kernels, beneath the tutorial: the
+// same bits as matmul and matmul_bt here, faster and on every core; these loops are the math.
+// The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into gradient matrices the caller
+// has zeroed. Adding, not assigning, is the chain rule's sum over every path from an input to the loss: when one input
+// feeds two places, both add in.
 // Exercise-only: a line `// exercise NAME: begin` and its `// exercise NAME: end` hold an answer a class writes
 // itself (docs/course.md, "Write it yourself"): `make exercise` cuts them out of a student's copy and leaves a gap
 // that throws "not written yet" (<stdexcept>), naming what `uses` lists so that it compiles without a warning.

@@ -7,11 +7,10 @@
 // one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's (decoder-only:
 // e*(S + T) .., source and answer as one sequence).
 //
-// The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps
-// inside the square root, a final LayerNorm before the output projection. Token ids: PAD = 0, digits
-// 1..max_digit, START = vocab - 1. Each choice (ModelConfig, all off by default) is decided where the block
-// it changes is built, and the code that runs reads only what was decided. Today's blocks stand whole beside the
-// ones they replace, in sections under a rule of ~, which a first reading skips, as it skips decoding's cache.
+// The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps inside the
+// square root, a final LayerNorm before the output projection. Each choice (ModelConfig, all off by default) is decided
+// where the block it changes is built, and the code that runs reads only what was decided. Today's blocks stand whole
+// beside the ones they replace, under a rule of ~, which a first reading skips, as it skips decoding's cache.
 #pragma once
 
 #include <string>
@@ -59,15 +58,6 @@ struct ModelConfig {
     Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
     Attention attention = Attention::plain;  // flash: training's attention in tiles (the same numbers, less memory)
 };
-// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
-// as one sequence, twice as long (every task's answer is as long as its input).
-inline int positions_read(const ModelConfig& c, int length) {
-    switch (c.arch) {
-    case Arch::encoder_decoder: return length;
-    case Arch::decoder_only: return 2 * length;
-    }
-    return length;  // not reached
-}
 
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The questions asked of a choice, each answered here once, by a switch that names every value, so the compiler
@@ -81,6 +71,15 @@ inline bool has_encoder(Arch arch) {
     case Arch::decoder_only: return false;
     }
     return true;  // not reached
+}
+// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
+// as one sequence, twice as long (every task's answer is as long as its input).
+inline int positions_read(const ModelConfig& c, int length) {
+    switch (c.arch) {
+    case Arch::encoder_decoder: return length;
+    case Arch::decoder_only: return 2 * length;
+    }
+    return length;  // not reached
 }
 // Whether self-attention turns each head's queries and keys by position, in pairs of columns (rotary).
 inline bool turns_queries_and_keys(Positions positions) {
@@ -184,9 +183,8 @@ inline Matrix dropout_backward(Matrix dy, const Matrix& keep) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model) for
-// n_seq sequences of L tokens. One table is shared by the source and the target, so backward takes
-// the tokens it undoes.
+// Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model) for n_seq sequences
+// of L tokens. One table is shared by the source and the target, so backward takes the tokens it undoes.
 // PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
 // Each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
 inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model)
@@ -344,12 +342,11 @@ struct SavedAttention {  // what one head of one sequence saved for its backward
 // is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-// Q, K and V are taken by value and moved into `saved`, which backward reads: a caller's
-// temporaries (multi-head attention's slices) are kept there without being copied.
-// Attention dropout (p, dropout_draws; in training only) drops weights after the softmax: O = dropout(P) V.
-// `saved` keeps P as it was, so the maps show the weights before dropout.
-// The scores (T, S) made weights P (T, S): ALiBi's penalty (alibi_slope above 0; its section, above), the mask,
-// the softmax. Query i is at position first_query + i (decoding's attention shares this).
+// Q, K and V are taken by value and moved into `saved`, which backward reads: a caller's temporaries (multi-head
+// attention's slices) are kept there without being copied. Attention dropout (p, dropout_draws; in training only) drops
+// weights after the softmax: O = dropout(P) V. `saved` keeps P as it was, so the maps show the weights before dropout.
+// The scores (T, S) made weights P (T, S): ALiBi's penalty (alibi_slope above 0; its section, above), the mask, the
+// softmax. Query i is at position first_query + i (decoding's attention shares this).
 inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
     if (alibi_slope > 0.0)
         for (int i = 0; i < scores.rows; i++)
@@ -390,12 +387,13 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 }
 
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Rotary positions (--pos rope; Su et al. 2021, RoFormer), in self-attention only: nothing is added to the
-// embeddings. Each head's query and key columns, taken in pairs (2i, 2i+1) as the RoFormer paper and Meta's
-// Llama code pair them, are turned by the angle pos / 10000^(2i / d_k): the sinusoidal table's clocks, now turning
-// Q and K. (Much PyTorch code pairs column i with i + d_k / 2 instead: the same model, with the columns of W_q and
-// W_k permuted.) A query at position m and a key at n then meet as (R_m q) . (R_n k) = q . R_(n-m) k: the score
-// sees only how far apart they are.
+// Rotary positions (--pos rope; Su et al. 2021, RoFormer), in self-attention only, as ALiBi: cross-attention relates a
+// decoder position to an encoder position, two sequences whose distance means nothing, so it stays without positions,
+// as in T5's relative biases. Nothing is added to the embeddings. Each head's query and key columns, taken in pairs
+// (2i, 2i+1) as the RoFormer paper and Meta's Llama code pair them, are turned by the angle pos / 10000^(2i / d_k): the
+// sinusoidal table's clocks, now turning Q and K. (Much PyTorch code pairs column i with i + d_k / 2 instead: the same
+// model, with the columns of W_q and W_k permuted.) A query at position m and a key at n then meet as
+// (R_m q) . (R_n k) = q . R_(n-m) k: the score sees only how far apart they are.
 //   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
 inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
     return double(pos) / maths::pow(10000.0, 2.0 * i / d_k);
@@ -656,8 +654,6 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
 // decoder, x_kv the encoder's output (the "memory").
 // Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N
 // query heads (N = 1: multi-query attention), so W_k and W_v, and the decoding cache, are N / n_heads the size.
-// Rotary positions and ALiBi act in self-attention only: cross-attention relates a decoder position to an encoder
-// position, two sequences whose distance means nothing, so it stays without positions, as in T5's relative biases.
 struct MultiHeadAttention {
     int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
@@ -1006,8 +1002,7 @@ inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // th
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.
 //   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
-// With dropout (in training: Transformer::train hands every Sublayer the model's stream), f's output is dropped
-// before the sum, the paper's residual dropout:
+// With dropout (in training), f's output is dropped before the sum, the paper's residual dropout:
 //   x + dropout(f(LN(x)))   or   LN(x + dropout(f(x)))
 // (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
 // The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
@@ -1160,10 +1155,9 @@ struct Transformer {
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
     Batch whole_rows;                 // decoder-only: n_seq x (S + T), the rows of source and answer as one
     Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
-    // Training mode (PyTorch's model.train() and model.eval(); gradient_of turns it on for its forward pass)
-    // reads two streams: dropout's masks, drawn in the order forward runs (train() hands the blocks the
-    // stream; nullptr: off), and random positions' rows, each source's drawn anew. Outside it, a source's rows
-    // are drawn from the source itself: one input always reads the same rows, and no stream moves.
+    // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
+    // dropout's masks, in the order forward runs (train() hands the blocks the stream; nullptr: off), and random
+    // positions' rows, each source's drawn anew. Outside it, a source's rows come from the source: no stream moves.
     Rng position_draws{1};
     Rng dropout_draws{1};
     bool training = false;
@@ -1189,15 +1183,7 @@ struct Transformer {
         dropout_draws = Rng(rng.next());
     }
 
-    // Each source's L position rows (random positions: drawn in training, else from the source itself).
-    Batch rows_for(const Batch& srcs, int L) {
-        Batch rows;
-        for (const std::vector<int>& src : srcs) {
-            Rng own(hash_of(src));
-            rows.push_back(position_rows(L, config.max_len, embed.random_rows, training ? position_draws : own));
-        }
-        return rows;
-    }
+    Batch rows_for(const Batch& srcs, int L);  // each source's L position rows: 0 .. L-1 (random: section below)
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
         int S = int(srcs[0].size());
@@ -1208,12 +1194,7 @@ struct Transformer {
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
-    // Decoder token t reads position row t; with random positions, the row its source's token t read (every
-    // task's output is as long as its input), so both sides share one draw. (Decoder-only: t counts from the
-    // sequence's start, and the rows are the whole sequence's.)
-    int target_row(const std::vector<int>& rows_of_source, int t) const {
-        return embed.random_rows ? rows_of_source.at(t) : t;
-    }
+    int target_row(const std::vector<int>& rows_of_source, int t) const;  // decoder token t's row: t (random: below)
     // The logits for the next token at every position of the targets (teacher forcing). The sources' PADs
     // are hidden from cross-attention.
     Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
@@ -1290,6 +1271,24 @@ struct Transformer {
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The Transformer's position rows: 0, 1, ..., L-1 for every input, unless positions are random (--pos random).
+// Each source's L position rows (random positions: drawn in training, else from the source itself).
+inline Transformer::Batch Transformer::rows_for(const Batch& srcs, int L) {
+    Batch rows;
+    for (const std::vector<int>& src : srcs) {
+        Rng own(hash_of(src));
+        rows.push_back(position_rows(L, config.max_len, embed.random_rows, training ? position_draws : own));
+    }
+    return rows;
+}
+// Decoder token t reads position row t; with random positions, the row its source's token t read (every task's
+// output is as long as its input), so both sides share one draw. (Decoder-only: t counts from the sequence's
+// start, and the rows are the whole sequence's.)
+inline int Transformer::target_row(const std::vector<int>& rows_of_source, int t) const {
+    return embed.random_rows ? rows_of_source.at(t) : t;
+}
 
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Tied embeddings (--tie-embeddings; the paper, 3.4): the output projection's W is the embedding table transposed,

@@ -7,8 +7,7 @@
 //
 // Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers (the Optimizer
 // under a rule of ~, which a first reading skips); schedules; a batch's loss, the training state and the training
-// step; greedy decoding. Legend: T, S target and source lengths (both seq_len), vocab, and n_seq the sequences of a
-// mini-batch, stacked as rows.
+// step; greedy decoding. Legend: matrix.hpp's; here T = S = seq_len.
 #pragma once
 
 #include <algorithm>
@@ -46,8 +45,8 @@ const std::vector<std::string> OPTIMIZER_NAMES = [] {  // the rows' names, for t
 enum class Schedule { constant, linear, warmup };
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 
-// How a run trains. The defaults were chosen by measurement over seeds 1-10 (README.md, "Why these
-// defaults"): every seed reaches 100% held-out and stays there; a constant rate, or a higher one, wobbles.
+// How a run trains. The defaults were chosen over seeds 1-10 (docs/flags.md, "Why these defaults"): all ten reached
+// 100% held-out and stayed (8 of 10 since matrix.hpp's own exp and log); a constant rate, or a higher one, wobbles.
 struct TrainConfig {
     long steps = 5000;
     int batch = 16;
@@ -223,7 +222,12 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 
 // ---------------------------------------------------------------------------------------------
 // Optimizers: how one step moves every parameter w, given its gradient g (the batch's mean) and the
-// step's learning rate lr. What one needs between steps, it keeps per parameter, in w's shape.
+// step's learning rate lr. The default, SGD:   w -= lr g
+// A first reading may take the Optimizer below as that one line, and skip to the schedules.
+
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The Optimizer: SGD, momentum and Adam, and before them clipping and weight decay. What one needs between steps, it
+// keeps per parameter, in w's shape.
 //   SGD        w -= lr g
 //   momentum   m = mu m + g,  w -= lr m        (mu 0.9: m sums past gradients, decaying, so a steady
 //                                               direction gathers speed and noise cancels out)
@@ -237,10 +241,6 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 //   weight decay  w *= 1 - lr weight_decay, apart from the gradient (decoupled, AdamW's form, for SGD and
 //                 momentum too): matrices only, not biases, gamma or beta, as nanoGPT. minGPT spares the
 //                 embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
-// A first reading may take the Optimizer below as SGD's one line, w -= lr g, and skip to the schedules.
-
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The Optimizer: SGD, momentum and Adam, and before them clipping and weight decay, as the table above says.
 inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions
     std::string last = name.substr(name.rfind('.') + 1);
     return last[0] == 'W' || last == "table" || last == "positions";
