@@ -23,9 +23,9 @@
 namespace exercises {  // its names (Tensor, jitter, ...) are tests.cpp's too, which is linked beside it
 
 // ---------------------------------------------------------------------------------------------
-// The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (its
-// own block first, then the blocks built on it: the names of BLOCK_CHECKS, below, and "model", the whole model's
-// gradient), and the choices of the model and the training that use it (for the blocks' checks too).
+// The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (its own
+// block first, then the blocks built on it: the names of BLOCK_CHECKS, exercise_check.hpp, and "model", the whole
+// model's gradient), and the choices of the model and the training that use it (for the blocks' checks too).
 struct Exercise {
     std::string name, writes;
     std::vector<std::string> checks;
@@ -122,8 +122,8 @@ inline void hand_out(const std::string& names, const std::string& dir, const std
     if (dir.empty()) fail("make exercise: name the student's copy: DIR=path (a new or empty directory)");
     if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir)))
         fail("make exercise: DIR=" + dir + " is not empty: name a new directory");
-    auto exercise_test = [](const std::string& file) {
-        return starts_with(file, "workbench/exercise") && file.size() > 9 && file.substr(file.size() - 9) == "_test.cpp";
+    auto exercise_test = [](const std::string& file) {  // workbench/exercise*_test.cpp
+        return starts_with(file, "workbench/exercise") && file.find("_test.cpp") == file.size() - 9;
     };
     int gaps = 0;
     for (const std::string& file : files) {
