@@ -207,16 +207,15 @@ inline Wide two_product(double a, double b) {  // a * b exactly (Dekker): split 
     const double p = a * b;
     return {p, ((x.hi * y.hi - p) + x.hi * y.lo + x.lo * y.hi) + x.lo * y.lo};
 }
-inline double times_two_to(double y, int k) {  // y 2^k, exact unless the result is subnormal
-    auto power = [](int e) {  // 2^e for -1022 <= e <= 1023, its bits written: the exponent field e + 1023, all else 0
-        const std::uint64_t bits = std::uint64_t(e + 1023) << 52;
-        double p;
-        std::memcpy(&p, &bits, 8);
-        return p;
-    };
-    if (k > 1023) return y * power(1023) * power(k - 1023);
-    if (k < -1022) return y * power(k + 1000) * power(-1000);
-    return y * power(k);
+inline double from_bits(std::uint64_t bits) {  // the double whose 64 bits these are
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+}
+inline std::uint64_t bits_of(double d) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    return bits;
 }
 inline int nearest_int(double v) {  // for |v| < 2^31: adding 1.5 2^52 rounds v to a whole number, ties to even
     return int((v + 6755399441055744.0) - 6755399441055744.0);
@@ -232,17 +231,28 @@ constexpr double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.908214929270587
 //   e^r = 1 + r + r^2 (1/2! + r/3! + ... + r^11/13!)   (the next term, r^14/14!, is below 2^-57)
 // The polynomial in pairs (Estrin's order): (1/2! + r/3!) + r^2 (1/4! + r/5!) + r^4 (...) ..., whose products a
 // processor works on side by side, where Horner's r (r (r ...)) must wait for each one before the next.
+// No branch and no conversion to int, so that a loop of exps runs in vector lanes (softmax's, attention's):
+// - x is clamped to -746 .. 710, where e^x already rounds to 0 and to infinity (a NaN passes, and is returned);
+// - k is rounded by adding 1.5 2^52 (nearest_int's way), and read back from that sum's lowest bits, where it sits in
+//   two's complement;
+// - 2^k is made as 2^a 2^b, a = floor(k / 2), b = k - a, since 2^k alone is a double only for -1022 <= k <= 1023:
+//   y 2^a is exact, and times 2^b rounds once, where the result is subnormal or too large.
 inline double exp(double x, double tail = 0.0) {
-    if (!(x > -745.2)) return x != x ? x : 0.0;  // NaN stays NaN; below, e^x rounds to 0
-    if (x > 709.79) return infinity;             // above, e^x is past the largest double
-    const int k = nearest_int(x * 1.44269504088896338700);  // 1 / ln 2
-    const Wide r = two_sum(x - k * ln2_hi, tail - k * ln2_lo);  // x - k ln2_hi is exact
+    double within = x < -746.0 ? -746.0 : x;
+    within = within > 710.0 ? 710.0 : within;
+    const double shifted = within * 1.44269504088896338700 + 6755399441055744.0;  // 1 / ln 2; 1.5 2^52 + k
+    const double k = shifted - 6755399441055744.0;
+    const Wide r = two_sum(within - k * ln2_hi, tail - k * ln2_lo);  // within - k ln2_hi is exact
     constexpr double f[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
                               1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800};  // 1/n!
     const double t = r.hi, r2 = t * t, r4 = r2 * r2, r8 = r4 * r4;
     const double p = ((f[2] + t * f[3]) + r2 * (f[4] + t * f[5])) + r4 * ((f[6] + t * f[7]) + r2 * (f[8] + t * f[9])) +
                      r8 * ((f[10] + t * f[11]) + r2 * (f[12] + t * f[13]));
-    return times_two_to(1.0 + (r.hi + (r.lo + r2 * p)), k);
+    const std::uint64_t k_2048 = (bits_of(shifted) + 2048) & 0xFFFFF;  // k + 2048: 972 .. 3072
+    // the exponent fields (e + 1023) of 2^a and 2^b, a = floor(k / 2) and b = k - a
+    const std::uint64_t a_field = k_2048 / 2 - 1024 + 1023, b_field = k_2048 - k_2048 / 2 - 1024 + 1023;
+    const double e = (1.0 + (r.hi + (r.lo + r2 * p))) * from_bits(a_field << 52) * from_bits(b_field << 52);
+    return x == x ? e : x;  // NaN stays NaN
 }
 
 // log x = e ln 2 + log m for x = 2^e m, sqrt(1/2) <= m < sqrt(2). With f = m - 1 and s = f / (2 + f):
@@ -252,12 +262,9 @@ struct Split { int e; double f; };  // x = 2^e (1 + f)
 inline Split split_exponent(double x) {
     int e = 0;
     if (x < smallest_normal) x *= 18014398509481984.0, e = -54;  // subnormal: times 2^54 first
-    std::uint64_t bits;
-    std::memcpy(&bits, &x, 8);
+    const std::uint64_t bits = bits_of(x);
     e += int(bits >> 52) - 1023;
-    bits = (bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;  // m in [1, 2)
-    double m;
-    std::memcpy(&m, &bits, 8);
+    double m = from_bits((bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);  // m in [1, 2)
     if (m > 1.4142135623730951) m *= 0.5, e++;
     return {e, m - 1.0};
 }
@@ -359,7 +366,8 @@ inline Matrix softmax_rows(const Matrix& X) {
         double max = X.at(i, 0);
         for (int j = 1; j < X.cols; j++) max = std::max(max, X.at(i, j));
         double sum = 0.0;
-        for (int j = 0; j < X.cols; j++) sum += P.at(i, j) = maths::exp(X.at(i, j) - max);
+        for (int j = 0; j < X.cols; j++) P.at(i, j) = maths::exp(X.at(i, j) - max);  // (a loop of its own: vector lanes)
+        for (int j = 0; j < X.cols; j++) sum += P.at(i, j);
         for (int j = 0; j < X.cols; j++) P.at(i, j) /= sum;
     }
     return P;

@@ -518,6 +518,28 @@ inline void row_times(const double* a, const Matrix& B, int j0, int w, double* o
     }
 }
 
+// out[p] += a[0] rows[0][p] + a[1] rows[1][p] + ... + a[n-1] rows[n-1][p], p = 0 .. d-1, rows `stride` apart: the
+// same additions, in the same order, as n updates out[p] += a[t] rows[t][p] one after the other (so the same bits),
+// but each stretch of 16 of out's columns is held in registers for all n of them, not stored and loaded n times.
+inline void add_weighted_rows(double* out, const double* a, int n, const double* rows, int stride, int d) {
+    constexpr int W = 16;
+    int p0 = 0;
+    for (; p0 + W <= d; p0 += W) {
+        double sum[W];
+        for (int k = 0; k < W; k++) sum[k] = out[p0 + k];
+        for (int t = 0; t < n; t++) {
+            const double* row = rows + std::size_t(t) * stride + p0;
+            for (int k = 0; k < W; k++) sum[k] += a[t] * row[k];
+        }
+        for (int k = 0; k < W; k++) out[p0 + k] = sum[k];
+    }
+    for (; p0 < d; p0++) {  // the last d mod 16 columns
+        double sum = out[p0];
+        for (int t = 0; t < n; t++) sum += a[t] * rows[std::size_t(t) * stride + p0];
+        out[p0] = sum;
+    }
+}
+
 // The scores of queries i0 .. i1-1 and keys j0 .. j1-1, as attention() and attention_weights make them:
 // Q K^T / sqrt(d_k) (each a sum over d_k in order), ALiBi's penalty, MASKED where the mask hides the key (0 in
 // a row that sees nothing: blind[r]). Kt (d_k, S) is K transposed, so a row of scores is summed across its keys
@@ -564,13 +586,11 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
                 const double rescale = maths::exp(m[r] - m_new);  // what was summed against m, now against m_new
                 l[r] *= rescale;                                 // (the first tile: exp(-inf) = 0 times 0)
                 for (int p = 0; p < d_k; p++) o[p] *= rescale;
-                for (int c = 0; c < j1 - j0; c++) {
-                    const double weight = maths::exp(row[c] - m_new);  // softmax's top, against the max so far
-                    l[r] += weight;                                   // its bottom: l = sum of exp(score - m)
-                    const double w = weight * dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V
-                    const double* v = &V.data[std::size_t(j0 + c) * d_k];
-                    for (int p = 0; p < d_k; p++) o[p] += w * v[p];
-                }
+                double weight[FLASH_KEYS];
+                for (int c = 0; c < j1 - j0; c++) weight[c] = maths::exp(row[c] - m_new);  // softmax's top, against m
+                for (int c = 0; c < j1 - j0; c++) l[r] += weight[c];  // its bottom: l = sum of exp(score - m)
+                for (int c = 0; c < j1 - j0; c++) weight[c] *= dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V:
+                add_weighted_rows(o, weight, j1 - j0, &V.data[std::size_t(j0) * d_k], d_k, d_k);   // o += w_c v_c
                 m[r] = m_new;
             }
         }
@@ -610,39 +630,37 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
             if (sight == TileSight::none && !any_of(blind_rows)) continue;  // skipped, as forward skipped it
             // forward: the scores, as tile_scores made them
             tile_scores(c.Q, Kt, mask, e, alibi_slope, i0, i1, j0, j1, sight, blind_rows, s.data());
+            // dropped_P[r][col] = P_ij keep_ij, grad[r][col] = dS_ij / sqrt(d_k), for the tile's rows r = i - i0
+            double dropped_P[FLASH_QUERIES][FLASH_KEYS], grad[FLASH_QUERIES][FLASH_KEYS];
             for (int r = 0; r < i1 - i0; r++) {
                 const int i = i0 + r;
                 double* row = &s[std::size_t(r) * FLASH_KEYS];
-                const double* dO_i = &dO.data[std::size_t(i) * d_k];
-                double dP[FLASH_KEYS];
+                for (int col = 0; col < w; col++) row[col] = maths::exp(row[col] - c.L[i]);  // forward: weight / l
+                double dP[FLASH_KEYS];                                                      //  = exp(score - m) / l
+                // forward: o += (weight keep) v, so dP_ij = keep_ij (dO_i . v_j)             (dP = dO V^T)
+                row_times(&dO.data[std::size_t(i) * d_k], Vt, j0, w, dP);
                 for (int col = 0; col < w; col++) {
-                    const double P = maths::exp(row[col] - c.L[i]);  // forward: weight / l = exp(score - m) / l
-                    const double keep = dropped.factor(i, j0 + col);
-                    // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i     (dV += dropout(P)^T dO)
-                    double* dv = &dV.data[std::size_t(j0 + col) * d_k];
-                    for (int p = 0; p < d_k; p++) dv[p] += P * keep * dO_i[p];
-                    row[col] = P;
-                }
-                // forward: the same line, so dP_ij = keep_ij (dO_i . v_j)              (dP = dO V^T)
-                row_times(dO_i, Vt, j0, w, dP);
-                const double* q = &c.Q.data[std::size_t(i) * d_k];
-                double* dq = &dQ.data[std::size_t(i) * d_k];
-                for (int col = 0; col < w; col++) {
-                    const double keep = dropped.factor(i, j0 + col);
+                    const double P = row[col], keep = dropped.factor(i, j0 + col);
+                    dropped_P[r][col] = P * keep;
                     // forward: weight = exp(score - m), summed into l: softmax_rows_backward, its row term D_i
                     //          dS = P * (dP - D)
-                    const double dS = row[col] * (keep * dP[col] - D[i]);
-                    // forward: score = (q_i . k_j) / sqrt(d_k), so
-                    //          dQ_i += dS_ij k_j / sqrt(d_k),  dK_j += dS_ij q_i / sqrt(d_k)
-                    dP[col] = dS * inv_sqrt_dk;  // (dP's place reused)
-                }
-                for (int col = 0; col < w; col++) {
-                    const double g = dP[col], *k = &c.K.data[std::size_t(j0 + col) * d_k];
-                    double* dk = &dK.data[std::size_t(j0 + col) * d_k];
-                    for (int p = 0; p < d_k; p++) dq[p] += g * k[p];
-                    for (int p = 0; p < d_k; p++) dk[p] += g * q[p];
+                    const double dS = P * (keep * dP[col] - D[i]);
+                    grad[r][col] = dS * inv_sqrt_dk;
                 }
             }
+            const int n = i1 - i0;
+            for (int col = 0; col < w; col++) {
+                double P_col[FLASH_QUERIES], grad_col[FLASH_QUERIES];  // column col of each: key j's
+                for (int r = 0; r < n; r++) P_col[r] = dropped_P[r][col], grad_col[r] = grad[r][col];
+                const std::size_t j = std::size_t(j0 + col) * d_k;
+                // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i        (dV += dropout(P)^T dO)
+                add_weighted_rows(&dV.data[j], P_col, n, &dO.data[std::size_t(i0) * d_k], d_k, d_k);
+                // forward: score = (q_i . k_j) / sqrt(d_k), so dK_j += dS_ij q_i / sqrt(d_k)
+                add_weighted_rows(&dK.data[j], grad_col, n, &c.Q.data[std::size_t(i0) * d_k], d_k, d_k);
+            }
+            for (int r = 0; r < n; r++)  // and dQ_i += dS_ij k_j / sqrt(d_k)
+                add_weighted_rows(&dQ.data[std::size_t(i0 + r) * d_k], grad[r], w, &c.K.data[std::size_t(j0) * d_k],
+                                  d_k, d_k);
         }
     }
 }

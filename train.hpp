@@ -206,7 +206,8 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
         // log(p) would be -inf once a confident wrong guess makes p underflow to 0.
         double max = logits.at(t, 0), sum = 0.0;
         for (int v = 1; v < logits.cols; v++) max = std::max(max, logits.at(t, v));
-        for (int v = 0; v < logits.cols; v++) sum += e[v] = maths::exp(logits.at(t, v) - max);
+        for (int v = 0; v < logits.cols; v++) e[v] = maths::exp(logits.at(t, v) - max);
+        for (int v = 0; v < logits.cols; v++) sum += e[v];
         const double log_sum = maths::log(sum);
         loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - log_sum) / T;
         for (int v = 0; v < logits.cols; v++) {

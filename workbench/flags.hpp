@@ -25,6 +25,9 @@ constexpr double MAX_LR = 10.0;
 constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
 constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
 constexpr double MAX_LENGTH_PENALTY = 5.0;
+// Plain attention keeps every head's weights, T x S doubles, for its backward: a training run that would keep more
+// than this is refused before it starts (with --attention flash it keeps none), rather than killed by the system.
+constexpr double MAX_PLAIN_ATTENTION_BYTES = 4e9;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {

@@ -316,6 +316,17 @@ inline Options parse_options(int argc, char** argv) {
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
+    const bool trains = o.train.steps > 0 || o.speed || o.step_cost;
+    if (o.load_path.empty() && trains && m.attention == Attention::plain) {  // the weights plain attention keeps
+        const double T = positions_read(m, d.seq_len), S = has_encoder(m.arch) ? d.seq_len : T;
+        const double weights = S * S * m.enc_layers + (T * T + (has_encoder(m.arch) ? T * S : 0)) * m.dec_layers;
+        const double bytes = weights * 8.0 * m.n_heads * o.train.batch;
+        if (bytes > MAX_PLAIN_ATTENTION_BYTES)
+            fail(fmt("--seq-len %d with --batch %d, --heads %d and %d layers: plain attention would keep %.1f GB of "
+                     "weights for the backward (batch x heads x T x S doubles a layer); add --attention flash (the "
+                     "same numbers in tiles, memory that grows as T), or lower --batch",
+                     d.seq_len, o.train.batch, m.n_heads, m.enc_layers + m.dec_layers, bytes / 1e9));
+    }
     m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
     if (draws_position_rows(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
     return o;
