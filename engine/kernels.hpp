@@ -184,7 +184,7 @@ inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Mat
 // each) add up to less than 2^15, so a pair is multiplied and added in 16-bit lanes (twice the lanes of 32 bits;
 // compilers emit the processor's multiply-and-add-pairs instruction, or multiplies of 16 bits) and only then
 // widened into the int32 sums.
-constexpr int QUANT_ROWS = 4, QUANT_COLS = 32;
+constexpr int QUANT_ROWS = 4, QUANT_COLS = 64;
 
 // Wt laid out for the tile, into Wt.packed_q and Wt.packed_scale: outputs in blocks of QUANT_COLS (the last block's
 // missing outputs are zeros), and in a block, input by input, the QUANT_COLS weights of that input side by side
