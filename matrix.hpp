@@ -54,8 +54,8 @@ struct Quantized {
     int bits = 8, group = 64;    // the width of q, and the weights a scale covers
     std::vector<int8_t> q;       // (rows, cols), row by row
     std::vector<double> scale;   // (rows, cols / group): row j's groups, in order, each a float32's value
-    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product
-    std::vector<double> packed_scale;   // (pack_weights; empty, the product lays them out at each call)
+    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product (its
+    std::vector<double> packed_scale;   // pack_weights, again after q changes; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
 struct Param {

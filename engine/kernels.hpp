@@ -180,17 +180,17 @@ inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Mat
 // 0.0, in doubles rounded as there. The speed is in how the sums are taken. The plain loop sums one output at a
 // time and must add its lanes across at each group's end; here a tile of QUANT_ROWS rows of X x QUANT_COLS outputs
 // keeps its sums side by side in vector lanes, outputs across the lanes, so nothing is added across: each weight
-// read serves QUANT_ROWS rows, and each activation QUANT_COLS outputs. Two products of 8 bits (at most 127 x 128
-// each) add up to less than 2^15, so a pair is multiplied and added in 16-bit lanes (twice the lanes of 32 bits;
-// compilers emit the processor's multiply-and-add-pairs instruction, or multiplies of 16 bits) and only then
-// widened into the int32 sums.
+// read serves QUANT_ROWS rows, and each activation QUANT_COLS outputs. An activation is at most 127 in size (Q8_0)
+// and a weight 128, so two products add up to at most 2 x 127 x 128 = 32512 < 2^15: a pair is multiplied and added
+// in 16-bit lanes, exactly (twice the lanes of 32 bits; g++ emits 16-bit multiplies), and only then widened into
+// the int32 sums.
 constexpr int QUANT_ROWS = 4, QUANT_COLS = 64;
 
 // Wt laid out for the tile, into Wt.packed_q and Wt.packed_scale: outputs in blocks of QUANT_COLS (the last block's
 // missing outputs are zeros), and in a block, input by input, the QUANT_COLS weights of that input side by side
 // (int16, as the lanes take them); the scales likewise, group by group. Done once, when a model's matrix is
-// quantized or read (workbench/quantize.hpp): decoding multiplies a few rows at a time, and laying the weights out
-// costs about as much as a product of a few rows.
+// quantized or read (workbench/quantize.hpp): decoding multiplies a few rows at a time (8 for the large model of
+// docs/performance.md), and laying the weights out at every call took 30% of its 8-bit evaluation.
 //   packed_q     (blocks, d_in, QUANT_COLS):   packed_q[(b d_in + k) QUANT_COLS + c] = q[b QUANT_COLS + c][k]
 //   packed_scale (blocks, groups, QUANT_COLS): packed_scale[(b groups + g) QUANT_COLS + c] = scale[b QUANT_COLS + c][g]
 inline void pack_weights(Quantized& Wt) {
@@ -207,8 +207,8 @@ inline void pack_weights(Quantized& Wt) {
 // Rows i0 .. i0+R-1 of Y, outputs j0 .. j0 + width - 1 (width <= QUANT_COLS): qx, scale_x the quantized rows of X
 // (n, d_in) and their scales (n, groups); w, scale_w the block of packed weights from output j0.
 template <int R>
-inline void quantized_tile(const int8_t* qx, const double* scale_x, int d_in, int groups, int size, const int16_t* w,
-                           const double* scale_w, Matrix& Y, int i0, int j0, int width) {
+inline void quantized_tile(const int8_t* qx, const double* scale_x, int d_in, int groups, int size,
+                           const int16_t* w, const double* scale_w, Matrix& Y, int i0, int j0, int width) {
     constexpr int J = QUANT_COLS;
     double y[R][J];
     for (int r = 0; r < R; r++)
@@ -227,10 +227,12 @@ inline void quantized_tile(const int8_t* qx, const double* scale_x, int d_in, in
         }
         if (k < (g + 1) * size)  // an odd group's last input
             for (int r = 0; r < R; r++)
-                for (int c = 0; c < J; c++) sum[r][c] += qx[std::size_t(i0 + r) * d_in + k] * w[std::size_t(k) * J + c];
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < J; c++)
-                y[r][c] += double(sum[r][c]) * scale_w[std::size_t(g) * J + c] * scale_x[std::size_t(i0 + r) * groups + g];
+                for (int c = 0; c < J; c++)
+                    sum[r][c] += qx[std::size_t(i0 + r) * d_in + k] * w[std::size_t(k) * J + c];
+        for (int r = 0; r < R; r++) {  // scaled back as quantized_product does: (sum x scale_w) x scale_x
+            const double sx = scale_x[std::size_t(i0 + r) * groups + g];
+            for (int c = 0; c < J; c++) y[r][c] += double(sum[r][c]) * scale_w[std::size_t(g) * J + c] * sx;
+        }
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < width; c++) Y.at(i0 + r, j0 + c) = y[r][c];
@@ -274,9 +276,10 @@ inline Matrix quantized_product_fast(const Matrix& X, const Quantized& Wt) {
     std::vector<int8_t> qx(X.data.size());
     std::vector<double> scale_x(std::size_t(n) * G);
     for (int i = 0; i < n; i++)
-        for (int g = 0; g < G; g++)
-            scale_x[std::size_t(i) * G + g] = quantize_activations_fast(&X.data[std::size_t(i) * d_in + std::size_t(g) * size],
-                                                                   size, &qx[std::size_t(i) * d_in + std::size_t(g) * size]);
+        for (int g = 0; g < G; g++) {
+            const std::size_t at = std::size_t(i) * d_in + std::size_t(g) * size;  // row i's group g
+            scale_x[std::size_t(i) * G + g] = quantize_activations_fast(&X.data[at], size, &qx[at]);
+        }
     Quantized laid_out;  // Wt not packed yet (a test's matrix): a packed copy for this call
     if (Wt.packed_q.empty()) laid_out = Wt, pack_weights(laid_out);
     const Quantized& P = Wt.packed_q.empty() ? laid_out : Wt;
@@ -288,7 +291,8 @@ inline Matrix quantized_product_fast(const Matrix& X, const Quantized& Wt) {
             int i = i0;
             for (; i + QUANT_ROWS <= i1; i += QUANT_ROWS)
                 quantized_tile<QUANT_ROWS>(qx.data(), scale_x.data(), d_in, G, size, w, scale_w, Y, i, j0, width);
-            for (; i < i1; i++) quantized_tile<1>(qx.data(), scale_x.data(), d_in, G, size, w, scale_w, Y, i, j0, width);
+            for (; i < i1; i++)
+                quantized_tile<1>(qx.data(), scale_x.data(), d_in, G, size, w, scale_w, Y, i, j0, width);
         }
     });
     return Y;
