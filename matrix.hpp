@@ -53,6 +53,8 @@ struct Quantized {
     int bits = 8, group = 64;    // the width of q, and the weights a scale covers
     std::vector<int8_t> q;       // (rows, cols), row by row
     std::vector<double> scale;   // (rows, cols / group): row j's groups, in order, each a float32's value
+    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product (its
+    std::vector<double> packed_scale;   // pack_weights, again after q changes; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
 struct Param {
@@ -603,6 +605,12 @@ inline Matrix dequantize(const Quantized& Q) {  // -> (rows, cols): q * scale, e
             Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
     return Wt;
 }
+// One group of n activations x quantized Q8_0 into qx: returns its scale.
+inline double quantize_activations(const double* x, int n, int8_t* qx) {
+    const double scale = group_scale(x, n, 8);
+    for (int k = 0; k < n; k++) qx[k] = int8_t(scale == 0.0 ? 0 : rounded(x[k] / scale));
+    return scale;
+}
 // Rows i0 .. i1-1 of Y (n, d_out) = X (n, d_in) W, W quantized as Wt: X's rows quantized as they arrive (Q8_0).
 inline void quantized_product_rows(const Matrix& X, const Quantized& Wt, Matrix& Y, int i0, int i1) {
     const int G = Wt.groups(), size = Wt.group;
@@ -610,11 +618,8 @@ inline void quantized_product_rows(const Matrix& X, const Quantized& Wt, Matrix&
     std::vector<double> scale_x(G);
     for (int i = i0; i < i1; i++) {
         const double* x = &X.data[std::size_t(i) * X.cols];
-        for (int g = 0; g < G; g++) {  // the activations: Q8_0, group by group
-            const double scale = group_scale(x + g * size, size, 8);
-            scale_x[g] = scale;
-            for (int k = 0; k < size; k++) qx[g * size + k] = int8_t(scale == 0.0 ? 0 : rounded(x[g * size + k] / scale));
-        }
+        for (int g = 0; g < G; g++)  // the activations: Q8_0, group by group
+            scale_x[g] = quantize_activations(x + g * size, size, &qx[g * size]);
         for (int j = 0; j < Wt.rows; j++) {
             const int8_t* w = &Wt.q[std::size_t(j) * Wt.cols];
             double y = 0.0;

@@ -74,3 +74,55 @@ TEST_CASE("threads: the fast kernels give the plain loops' bits on 1, 2, 3 and 8
     }
     threads.set_count(1);
 }
+
+// The integer product (--quantize): quantized_product_fast against matrix.hpp's quantized_product, bit for bit. Its
+// tiles of QUANT_ROWS x QUANT_COLS: rows and outputs that are not a multiple of either (the last block's padding),
+// every width from 2 to 8 bits, groups of 64, 32, 16, 8, 4, 2 and 1 (an odd group ends on one input alone), the
+// weights laid out once (as a loaded model has them) or at the call, on 1, 2, 3 and 8 threads.
+TEST_CASE("quantized product: the fast kernel gives quantized_product's bits") {
+    Rng rng(13);
+    for (std::array<int, 3> shape : {std::array<int, 3>{1, 64, 1}, {9, 128, 33}, {13, 96, 64}, {5, 40, 70},
+                                     {7, 36, 31}, {4, 18, 32}, {3, 7, 65}, {70, 128, 96}, {0, 8, 8}, {2, 1, 3}}) {
+        const int n = shape[0], d_in = shape[1], d_out = shape[2];
+        Matrix X = filled(n, d_in, rng), Wt = filled(d_out, d_in, rng);
+        if (n > 1) X.at(1, 0) = 40.0;  // a row with one large activation: its small ones round to few levels
+        for (int bits = 2; bits <= 8; bits++) {
+            const Quantized plain = quantize(Wt, bits);
+            Quantized packed = plain;
+            pack_weights(packed);
+            const Matrix want = quantized_product(X, plain);
+            for (int count : {1, 2, 3, 8}) {
+                threads.set_count(count);
+                INFO(n << " x " << d_in << " x " << d_out << ", " << bits << " bits (groups of " << plain.group
+                       << ") on " << count << " threads");
+                CHECK(quantized_product_fast(X, plain).data == want.data);
+                CHECK(quantized_product_fast(X, packed).data == want.data);
+            }
+        }
+    }
+    threads.set_count(1);
+}
+
+// The activations' quantization in lanes, against matrix.hpp's: halves (away from 0), -0.0, a group of zeros, one
+// of numbers so small their scale is 0 (every q then 0), one whose largest comes last, and random groups.
+TEST_CASE("quantized product: activations quantized in lanes as quantize_activations does") {
+    Rng rng(14);
+    std::vector<std::vector<double>> groups = {
+        {0.5, -0.5, 1.5, -1.5, 127.0, 2.5, -2.5, 0.0, -0.0, 126.5, -126.5, 63.5, 1.0, -1.0, 0.25, 3.5},
+        std::vector<double>(16, 0.0), std::vector<double>(8, 4.9e-324),
+        {1e-3, -2e-3, 3e-3, 4e-3, -5e-3, 6e-3, 7e-3, -8e-3, 9e-3, 1.0}, {-3.0}};
+    for (int n : {64, 32, 17, 3})
+        for (int draw = 0; draw < 20; draw++) {
+            std::vector<double> x(static_cast<std::size_t>(n));
+            for (double& v : x) v = rng.uniform(-2.0, 2.0);
+            groups.push_back(x);
+        }
+    for (const std::vector<double>& x : groups) {
+        const int n = int(x.size());
+        std::vector<int8_t> want(x.size()), got(x.size());
+        const double scale_want = quantize_activations(x.data(), n, want.data());
+        const double scale_got = quantize_activations_fast(x.data(), n, got.data());
+        CHECK(scale_got == scale_want);
+        CHECK(got == want);
+    }
+}

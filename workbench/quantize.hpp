@@ -22,6 +22,7 @@ inline bool kept_transposed(const std::string& name) { return last_part(name) !=
 inline void set_quantized(Param& p, const std::string& name, Quantized Q) {
     Matrix W = dequantize(Q);  // what the float readers of the weights see (--inspect, the report)
     p.value = kept_transposed(name) ? transpose(W) : W;
+    pack_weights(Q);  // engine/kernels.hpp's layout for its product, once
     p.quantized = {std::move(Q)};
 }
 // A valid width: 2 to 8 bits.
