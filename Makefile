@@ -8,6 +8,7 @@
 #   make check-report  the --report page in headless Chromium (needs chromium): errors, markup, screenshots
 #   make bench       speed table (see docs/performance.md)
 #   make attention-cost  plain attention against --attention flash: a step's memory and time, T = 64 .. 1024
+#   make quantize-table  float64, 8 and 4 bits (and 6, 3, 2): accuracy of 3 seeds x 3 sizes x 2 tasks, and the plot
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, on one thread and on all cores (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each (default 60; needs clang)
@@ -52,7 +53,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test gradcheck exercises exercise check course check-report sanitize bench attention-cost reference compare fuzz signals clean doctest web check-web maths
+.PHONY: all test gradcheck exercises exercise check course check-report sanitize bench attention-cost quantize-table reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -171,6 +172,11 @@ bench: sorter
 # About 5 minutes: docs/performance.md's table of attention in tiles, and its plot (docs/attention-cost.svg).
 attention-cost: sorter
 	docs/attention-cost
+
+# About an hour on two shared cores: docs/performance.md's table of a quantized model's accuracy, docs/course.md's lab 33
+# and its plot (docs/quantize-bits.svg).
+quantize-table: sorter
+	docs/quantize-table
 
 # The PyTorch twin runs on the first python3 that has PyTorch: PYTHON when you set it, else python3 on
 # your PATH, else /usr/bin/python3 (Debian's python3-torch is built for Debian's own python3). Without

@@ -52,9 +52,7 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     const long steps = o.train.steps;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
     if (model.config.bits > 0 && (steps > 0 || o.finish))  // (--quantize with training is refused by parse_options)
-        fail(fmt("--load %s holds a model quantized to %d bits, which cannot train: train the float model it was "
-                 "quantized from (the --load file given to --quantize), then quantize it again", o.load_path.c_str(),
-                 model.config.bits));
+        fail("--load " + cannot_train_text(o.load_path, model.config.bits));  // workbench/quantize.hpp
     if (o.quantize_bits > 0 && model.config.bits > 0)
         fail(fmt("--quantize %d: --load %s is quantized already (%d bits); quantize the float model it came from",
                  o.quantize_bits, o.load_path.c_str(), model.config.bits));

@@ -27,6 +27,11 @@ inline void set_quantized(Param& p, const std::string& name, Quantized Q) {
 }
 // A valid width: 2 to 8 bits.
 inline bool valid_bits(long bits) { return bits >= 2 && bits <= 8; }
+// Why a quantized model does not train (./sorter --load FILE --steps N, and the page's Train), `file` naming it.
+inline std::string cannot_train_text(const std::string& file, int bits) {
+    return fmt("%s holds a model quantized to %d bits, which cannot train: train the float model it was quantized "
+               "from (the --load file given to --quantize), then quantize it again", file.c_str(), bits);
+}
 
 // Quantize every matrix of a product, printing each one's largest error and the half step it stays within.
 inline void quantize_model(Transformer& model, int bits) {

@@ -13,6 +13,7 @@
 //   attention(digits)    every layer's and head's attention map, for an input the learner chose
 //   decode(digits, beam) greedy decoding, and a beam search's hypotheses
 //   checkpoint()         the model as a checkpoint file's text; load(text, n) reads one back, to train n more
+//                        (a quantized one, ./sorter --load m8.txt, evaluates and decodes in integers: it never trains)
 //
 // Page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively, in make test.
 #pragma once
@@ -182,16 +183,19 @@ struct Lab {
     long first = 0;   // the updates made when the model was made or loaded
     long last = 0;    // the step training ends at (--steps, counted from `first`)
 
-    // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, and the
-    // command line of its settings.
+    // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, the
+    // command line of its settings, and for a quantized model its bits and why it does not train.
     std::string describe() const {
         const ModelConfig& c = model->config;
         return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"size\":%s,"
-                   "\"arch\":%s,\"blocks\":%s,\"command\":%s}", state->updates, last, options.train.batch,
-                   parameter_count(*model), json_text(size_text(c, options.data)).c_str(),
+                   "\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d%s}", state->updates, last,
+                   options.train.batch, parameter_count(*model), json_text(size_text(c, options.data)).c_str(),
                    json_text(ARCH_NAMES[int(c.arch)]).c_str(), json_list(block_names(), json_text).c_str(),
-                   json_text(join(command_of(options), " ")).c_str());
+                   json_text(join(command_of(options), " ")).c_str(), c.bits,
+                   c.bits > 0 ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
     }
+    // ./sorter's refusal to train a quantized model, the opened file named as the page's messages name it.
+    std::string cannot_train() const { return cannot_train_text("the checkpoint", model->config.bits); }
     std::vector<std::string> block_names() const {
         std::vector<std::string> names;
         for (auto& [name, p] : model->parameters())
@@ -221,6 +225,7 @@ struct Lab {
     // A loaded model's plan, as --load FILE --steps n: n steps on from where it was loaded (not below where it is).
     std::string plan(long n) {
         if (n < 0 || n > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", n, MAX_STEPS));
+        if (n > 0 && model->config.bits > 0) fail(cannot_train());
         last = std::max(state->updates, first + n);
         return describe();
     }
@@ -228,6 +233,7 @@ struct Lab {
     // n steps (no further than the last), as train_run takes them: each step's loss and each block's gradient size.
     // A loss that is not finite ends the run as it ends ./sorter's, by record_loss, with its message.
     std::string train(long n) {
+        if (n > 0 && model->config.bits > 0) fail(cannot_train());
         std::vector<double> losses;
         std::vector<std::vector<double>> norms;  // [step][block]
         std::string diverged;
@@ -318,7 +324,8 @@ struct Lab {
         if (!whole) fail("could not read the checkpoint back");
         return text;
     }
-    // A checkpoint's text, as ./sorter --load reads it; training goes on `steps` more, as --load FILE --steps N.
+    // A checkpoint's text, as ./sorter --load reads it; training goes on `steps` more, as --load FILE --steps N. A
+    // quantized model is opened to evaluate and decode only: no steps are planned, and describe() says why.
     std::string load(const std::string& text, long steps) {
         if (steps < 0 || steps > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", steps, MAX_STEPS));
         std::istringstream in(text);
@@ -328,6 +335,7 @@ struct Lab {
         auto m = std::make_unique<Transformer>(read_checkpoint(in, "the checkpoint", o.data, o.train, *s, from));
         o.model = m->config;
         if (from.seed >= 0) o.seed = uint64_t(from.seed);
+        if (o.model.bits > 0) steps = 0;
         adopt(o, std::move(m), std::move(s), from, steps);
         return describe();
     }

@@ -56,6 +56,35 @@ TEST_CASE("web: a checkpoint loads and trains on") {
     CHECK(json_field(web_answer(scoring, "train", "", 100), "step") == 27);
 }
 
+// A quantized checkpoint opened (./sorter --load m8.txt): it evaluates and decodes with the integer model, scoring
+// what ./sorter --load scores, plans no steps whatever the page asks, and a Train is refused with ./sorter's reason.
+TEST_CASE("web: a quantized checkpoint evaluates and decodes, and does not train") {
+    TempDir dir("web-quantized");
+    const std::string m = dir.file("m.txt"), m8 = dir.file("m8.txt");
+    run_output({"--steps", "300", "--save", m});
+    REQUIRE(contains(run_output({"--load", m, "--quantize", "8", "--save", m8}),
+                     "held-out: exact-match 92.9% (929/1000), token-accuracy 97.7%"));
+    Lab lab;
+    std::string loaded = web_answer(lab, "load", read_all(m8), 200);  // the page's steps field: none are planned
+    INFO(loaded);
+    CHECK(json_field(loaded, "bits") == 8);
+    CHECK(json_field(loaded, "step") == 300);
+    CHECK(json_field(loaded, "last") == 300);
+    const std::string reason = cannot_train_text("the checkpoint", 8);
+    CHECK(contains(reason, "holds a model quantized to 8 bits, which cannot train"));
+    CHECK(contains(loaded, "\"cannot_train\":" + json_text(reason)));
+    CHECK(json_field(web_answer(lab, "evaluate", "", 0), "right") == 929);  // ./sorter --load m8.txt's 929/1000
+    CHECK(web_answer(lab, "train", "", 10) == "{\"error\":" + json_text(reason) + "}");
+    CHECK(web_answer(lab, "plan", "", 5) == "{\"error\":" + json_text(reason) + "}");
+    CHECK(json_field(web_answer(lab, "plan", "", 0), "last") == 300);
+    CHECK(contains(web_answer(lab, "decode", "3 1 2 5 4", 2), "\"greedy\":[\"1\",\"2\",\"3\",\"4\",\"5\"]"));
+    CHECK(lab.checkpoint() == read_all(m8));  // written back as it was read
+    CHECK(!contains(web_answer(lab, "attention", "3 1 2 5 4", 0), "error"));
+    Lab float_model;
+    CHECK(json_field(web_answer(float_model, "load", read_all(m), 200), "bits") == 0);
+    CHECK(!contains(web_answer(float_model, "load", read_all(m), 200), "cannot_train"));
+}
+
 // A checkpoint's settings come back as the command line that makes its model: the page's form and title show them.
 TEST_CASE("web: a checkpoint's command line") {
     Lab lab;
