@@ -142,9 +142,8 @@ struct Linear {
         if (!b.value.empty()) list.push_back({b_name, &b});
     }
     Matrix forward(const Matrix& in) {
-        x = in;
-        Matrix y = W.quantized.empty() ? matmul_fast(x, W.value)
-                                       : quantized_product_fast(x, W.quantized[0]);  // inference only: --quantize
+        if (W.quantized.empty()) x = in;  // saved for the backward (a quantized model never trains: inference only)
+        Matrix y = W.quantized.empty() ? matmul_fast(in, W.value) : quantized_product_fast(in, W.quantized[0]);
         return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
