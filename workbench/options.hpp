@@ -317,7 +317,7 @@ inline Options parse_options(int argc, char** argv) {
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
     const bool trains = o.train.steps > 0 || o.speed || o.step_cost;
-    if (o.load_path.empty() && trains && m.attention == Attention::plain) {  // the weights plain attention keeps
+    if (o.load_path.empty() && trains && !attends_in_tiles(m.attention)) {  // the weights plain attention keeps
         const double T = positions_read(m, d.seq_len), S = has_encoder(m.arch) ? d.seq_len : T;
         const double weights = S * S * m.enc_layers + (T * T + (has_encoder(m.arch) ? T * S : 0)) * m.dec_layers;
         const double bytes = weights * 8.0 * m.n_heads * o.train.batch;
