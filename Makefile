@@ -42,7 +42,8 @@ FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
 # engine/*_test.cpp, with the program's flags: the kernels are tested as ./sorter runs them).
 ENGINE       := $(wildcard engine/*.hpp)
 ENGINE_TESTS := $(wildcard engine/*_test.cpp)
-HEADERS  := matrix.hpp model.hpp train.hpp $(ENGINE)
+CHAPTERS     := $(wildcard chapters/*.hpp)
+HEADERS  := matrix.hpp model.hpp train.hpp $(CHAPTERS) $(ENGINE)
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
 WORKBENCH_TESTS := $(wildcard workbench/*_test.cpp)

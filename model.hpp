@@ -4,13 +4,11 @@
 // name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=) into its
 // parameters' grads and returns the gradient for its input (a block with two inputs, attention's queries and
 // memory, adds into gradients the caller zeroed; Embedding's input, token ids, has none). n_seq sequences run as
-// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's (decoder-only:
-// e*(S + T) .., source and answer as one sequence).
+// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
 //
 // The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps inside the
-// square root, a final LayerNorm before the output projection. Each choice (ModelConfig, all off by default) is decided
-// where the block it changes is built, and the code that runs reads only what was decided. Today's blocks stand whole
-// beside the ones they replace, under a rule of ~, which a first reading skips, as it skips decoding's cache.
+// square root, a final LayerNorm before the output projection. Each choice (ModelConfig, the paper's by default) is
+// decided where the block it changes is built. The later chapters (chapters/) plug in where this file includes them.
 #pragma once
 
 #include <string>
@@ -59,64 +57,7 @@ struct ModelConfig {
     Attention attention = Attention::plain;  // flash: training's attention in tiles (the same numbers, less memory)
 };
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The questions asked of a choice, each answered here once, by a switch that names every value, so the compiler
-// asks each question of a new value (-Wswitch). The blocks ask them where they are built; the program (workbench/)
-// asks them too, and those only it asks are in workbench/settings.hpp: nothing else tests a choice.
-// Whether the model has an encoder, whose output (the memory) each decoder block reads by cross-attention. Without
-// one (decoder-only), the decoder reads the source itself: source, START and answer as one sequence.
-inline bool has_encoder(Arch arch) {
-    switch (arch) {
-    case Arch::encoder_decoder: return true;
-    case Arch::decoder_only: return false;
-    }
-    return true;  // not reached
-}
-// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
-// as one sequence, twice as long (every task's answer is as long as its input).
-inline int positions_read(const ModelConfig& c, int length) {
-    switch (c.arch) {
-    case Arch::encoder_decoder: return length;
-    case Arch::decoder_only: return 2 * length;
-    }
-    return length;  // not reached
-}
-// Whether self-attention turns each head's queries and keys by position, in pairs of columns (rotary).
-inline bool turns_queries_and_keys(Positions positions) {
-    switch (positions) {
-    case Positions::rope: return true;
-    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
-    case Positions::alibi: return false;
-    }
-    return false;  // not reached
-}
-// Whether self-attention lowers each score by the distance between query and key (ALiBi).
-inline bool lowers_scores_by_distance(Positions positions) {
-    switch (positions) {
-    case Positions::alibi: return true;
-    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::random:
-    case Positions::rope: return false;
-    }
-    return false;  // not reached
-}
-// Whether training computes attention tile by tile (flash), never holding a (T, S) matrix; outside training, and
-// for the maps, attention is plain.
-inline bool attends_in_tiles(Attention attention) {
-    switch (attention) {
-    case Attention::flash: return true;
-    case Attention::plain: return false;
-    }
-    return false;  // not reached
-}
-// Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
-inline bool draws_position_rows(Positions positions) {
-    switch (positions) {
-    case Positions::random: return true;
-    case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::rope:
-    case Positions::alibi: return false;
-    }
-    return false;  // not reached
-}
+#include "chapters/00_choices.hpp"  // the questions asked of a choice, each answered once
 
 // ---------------------------------------------------------------------------------------------
 // The tokens and the parameters.
@@ -155,7 +96,7 @@ struct Linear {
     }
 };
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ---------------------------------------------------------------------------------------------
 // Dropout (--dropout, --attn-dropout; off by default: a first reading may take dropout(x) as x), inverted as
 // PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
 // 1 / (1 - p), so every entry keeps its expected value and evaluation needs nothing. keep (n, d) saves each
@@ -258,25 +199,6 @@ struct Embedding {
         // exercise embedding: end
     }
 };
-
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with random positions (--pos random;
-// Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
-// training at short lengths visits every row, so a longer input at test time meets no unseen row.
-inline std::vector<int> position_rows(int L, int max_len, bool random_rows, Rng& rng) {
-    std::vector<int> rows;
-    for (int row = 0; row < max_len && int(rows.size()) < L; row++)  // take each row with chance
-        if (!random_rows || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
-            rows.push_back(row);
-    return rows;
-}
-// Outside training a source's rows are drawn from a stream seeded by the source itself, so one input always reads
-// the same rows: FNV-1a over its token ids.
-inline uint64_t hash_of(const std::vector<int>& tokens) {
-    uint64_t h = 14695981039346656037ull;
-    for (int t : tokens) h = (h ^ uint64_t(t)) * 1099511628211ull;
-    return h;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, one head of one sequence.
@@ -385,284 +307,9 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
     // exercise attention: end
 }
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Rotary positions (--pos rope; Su et al. 2021, RoFormer), in self-attention only, as ALiBi: cross-attention relates a
-// decoder position to an encoder position, two sequences whose distance means nothing, so it stays without positions,
-// as in T5's relative biases. Nothing is added to the embeddings. Each head's query and key columns, taken in pairs
-// (2i, 2i+1) as the RoFormer paper and Meta's Llama code pair them, are turned by the angle pos / 10000^(2i / d_k): the
-// sinusoidal table's clocks, now turning Q and K. (Much PyTorch code pairs column i with i + d_k / 2 instead: the same
-// model, with the columns of W_q and W_k permuted.) A query at position m and a key at n then meet as
-// (R_m q) . (R_n k) = q . R_(n-m) k: the score sees only how far apart they are.
-//   X (n_seq L, heads d_k): row r of it is at position first + r % L. sign -1 turns back.
-inline double rotary_angle(int pos, int i, int d_k) {  // pair i's turn at position pos
-    return double(pos) / maths::pow(10000.0, 2.0 * i / d_k);
-}
-inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.0) {
-    Matrix cosine(L, d_k / 2), sine(L, d_k / 2);  // each position's turn of each pair, made once for every row
-    for (int t = 0; t < L; t++)
-        for (int i = 0; i < d_k / 2; i++) {
-            double angle = sign * rotary_angle(first + t, i, d_k);
-            cosine.at(t, i) = maths::cos(angle), sine.at(t, i) = maths::sin(angle);
-        }
-    for (int r = 0; r < X.rows; r++)
-        for (int col = 0; col + 1 < X.cols; col += 2) {
-            int t = r % L, i = (col % d_k) / 2;  // the row's position, the pair's place in its head
-            double a = X.at(r, col), b = X.at(r, col + 1), c = cosine.at(t, i), s = sine.at(t, i);
-            X.at(r, col) = a * c - b * s;
-            X.at(r, col + 1) = a * s + b * c;
-        }
-    return X;
-}
-// exercise rotary: begin
-// forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle, rotate_pairs
-// with sign -1 (a rotation's transpose is the rotation back).
-// exercise rotary: end
-
-// ALiBi (--pos alibi; Press et al. 2022), in self-attention only: query i, at position first_query + i, and key j,
-// at position j, have their score lowered by slope x |first_query + i - j|, a constant (no gradient), in
-// attention_weights. The decoder's causal mask leaves only keys at or before the query, so there it is the paper's
-// i - j; the encoder sees both sides, and the distance counts either way (symmetric, as BERT-style uses of ALiBi
-// take it: the paper's models are causal).
-// The slopes, one a head: for n heads a power of two, m_h = 2^(-8 h / n), h = 1 .. n.
-// Otherwise the largest power of two below n, n0, gives its n0 slopes, and the rest are the odd-numbered slopes
-// of 2 n0 heads, 2^(-4 h / n0) for h = 1, 3, 5, ..., the rule of the paper's code.
-inline std::vector<double> alibi_slopes_of(int n) {
-    int n0 = 1;
-    while (n0 * 2 <= n) n0 *= 2;
-    std::vector<double> m;
-    for (int h = 1; h <= n0; h++) m.push_back(maths::pow(2.0, -8.0 * h / n0));
-    for (int h = 1; int(m.size()) < n; h += 2) m.push_back(maths::pow(2.0, -4.0 * h / n0));
-    return m;
-}
-
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Attention in tiles (--attention flash; FlashAttention-2, Dao 2023), in training: the O attention() gives, within
-// rounding, without ever holding a (T, S) matrix. attention() keeps P (T, S) for its backward, as large as T x S for
-// every head of every sequence of every layer (at T = S = 1024, 8 sequences, 4 heads, 2 layers: 512 MB). Here the
-// queries go a tile of FLASH_QUERIES rows at a time, and each walks the keys a tile of FLASH_KEYS at a time,
-// keeping for each query row its running max m, running sum l and output so far, unnormalised (the online
-// softmax). Only O and one number a row, L = m + log l, are saved; the backward makes each tile of P again
-// from Q, K and L, since exp(score - L) = exp(score - m) / l is the weight itself.
-// It lives here, a section a first reading skips: the math is attention()'s, and this is how to compute it in
-// less memory; the forward and backward stand side by side, each line of the backward naming the forward's it
-// undoes. Masks are asked of the rule tile by tile (Mask::sees); a tile every one of whose keys is hidden from
-// every one of its queries is skipped (half the tiles, under the causal mask), unless one of its query rows sees
-// no key at all: attention() gives such a row equal weights on every key (all its scores are MASKED), and so
-// does this, by walking all of that row's tiles, its keys scored 0 rather than MASKED (the same equal weights,
-// and L = log S keeps its digits, where MASKED + log S would round away the last 1e-7 of them).
-//
-// Tile sizes: a tile's working set is its queries' rows (FLASH_QUERIES x d_k), its keys' and values' rows
-// (2 FLASH_KEYS x d_k), and its scores (FLASH_QUERIES x FLASH_KEYS), all doubles; it should fit the core's first
-// cache (32 to 48 KiB today) with room for the running output: 32 x 32 at d_k = 16 is 4 + 8 + 8 KiB. Larger d_k:
-// halve FLASH_QUERIES; a smaller cache: halve both. Smaller tiles also let the causal mask skip more (at T = 64,
-// one tile in four); larger ones pay less a tile. Any sizes give the same numbers within rounding (tests.cpp runs
-// tiles that do not divide T, and T smaller than a tile); only speed changes (docs/performance.md).
-constexpr int FLASH_QUERIES = 32, FLASH_KEYS = 32;
-
-// Attention dropout, in tiles: the backward must drop the very weights the forward dropped, without a (T, S)
-// mask kept. So each weight's draw is numbered by where it sits, counter = first + i S + j, and taken straight
-// from the stream: draw number `counter` of Rng(seed) (splitmix64 steps its state by a constant, so the
-// counter-th state is seed + counter x that constant, reached without drawing the ones before it). The same entry
-// gives the same draw in forward and backward, on any thread. Returns the entry's factor, 0 or 1 / (1 - p).
-inline double dropout_factor_at(uint64_t seed, uint64_t counter, double p) {
-    Rng stream(seed + counter * 0x9E3779B97F4A7C15ull);  // Rng's constant: next() is draw number `counter`
-    return stream.uniform() < p ? 0.0 : 1.0 / (1.0 - p);
-}
-struct TileDropout {  // one head's: p 0 drops nothing
-    double p = 0.0;
-    uint64_t seed = 0, first = 0;  // the forward's draw from the model's stream, and this head's first counter
-    int S = 0;                     // keys a row
-    double factor(int i, int j) const { return p > 0.0 ? dropout_factor_at(seed, first + uint64_t(i) * S + j, p) : 1.0; }
-};
-
-// What a tile's queries see of its keys, by the rule: none, all, or some (then key by key).
-enum class TileSight { none, all, some };
-inline TileSight tile_sight(const Mask& mask, int e, int T, int i0, int i1, int j0, int j1) {
-    if (!mask.given.empty()) {  // written out: ask each pair
-        int seen = 0;
-        for (int i = i0; i < i1; i++)
-            for (int j = j0; j < j1; j++) seen += mask.sees(e, T, i, j);
-        return seen == 0 ? TileSight::none : seen == (i1 - i0) * (j1 - j0) ? TileSight::all : TileSight::some;
-    }
-    int pads = 0;  // the rule: PAD keys hide a column of the tile, the causal rule its upper corner
-    for (int j = j0; j < j1; j++) pads += mask.pad_key(e, j);
-    if (pads == j1 - j0 || (mask.causal && j0 > i1 - 1)) return TileSight::none;
-    return pads == 0 && (!mask.causal || j1 - 1 <= i0) ? TileSight::all : TileSight::some;
-}
-// For each of queries i0 .. i1-1, whether it sees no key at all (then its tiles are all walked: see above).
-inline std::vector<char> rows_seeing_nothing(const Mask& mask, int e, int T, int S, int i0, int i1) {
-    std::vector<char> blind(i1 - i0, 1);
-    for (int i = i0; i < i1; i++)
-        for (int j = 0; j < S && blind[i - i0]; j++) blind[i - i0] = !mask.sees(e, T, i, j);
-    return blind;
-}
-inline bool any_of(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
-
-// out[c] = sum over p of a[p] B[p][j0 + c], c = 0 .. w-1, B (d_k, S) a transposed K or V: each sum in order of p. A
-// whole tile's row (w = FLASH_KEYS, known when compiled) is summed in registers; a short last tile, in place.
-inline void row_times(const double* a, const Matrix& B, int j0, int w, double* out) {
-    if (w == FLASH_KEYS) {
-        double sum[FLASH_KEYS] = {};
-        for (int p = 0; p < B.rows; p++) {
-            const double* b = &B.data[std::size_t(p) * B.cols + j0];
-            for (int c = 0; c < FLASH_KEYS; c++) sum[c] += a[p] * b[c];
-        }
-        for (int c = 0; c < FLASH_KEYS; c++) out[c] = sum[c];
-        return;
-    }
-    for (int c = 0; c < w; c++) out[c] = 0.0;
-    for (int p = 0; p < B.rows; p++) {
-        const double* b = &B.data[std::size_t(p) * B.cols + j0];
-        for (int c = 0; c < w; c++) out[c] += a[p] * b[c];
-    }
-}
-
-// out[p] += a[0] rows[0][p] + a[1] rows[1][p] + ... + a[n-1] rows[n-1][p], p = 0 .. d-1, rows `stride` apart: the
-// same additions, in the same order, as n updates out[p] += a[t] rows[t][p] one after the other (so the same bits),
-// but each stretch of 16 of out's columns is held in registers for all n of them, not stored and loaded n times.
-inline void add_weighted_rows(double* out, const double* a, int n, const double* rows, int stride, int d) {
-    constexpr int W = 16;
-    int p0 = 0;
-    for (; p0 + W <= d; p0 += W) {
-        double sum[W];
-        for (int k = 0; k < W; k++) sum[k] = out[p0 + k];
-        for (int t = 0; t < n; t++) {
-            const double* row = rows + std::size_t(t) * stride + p0;
-            for (int k = 0; k < W; k++) sum[k] += a[t] * row[k];
-        }
-        for (int k = 0; k < W; k++) out[p0 + k] = sum[k];
-    }
-    for (; p0 < d; p0++) {  // the last d mod 16 columns
-        double sum = out[p0];
-        for (int t = 0; t < n; t++) sum += a[t] * rows[std::size_t(t) * stride + p0];
-        out[p0] = sum;
-    }
-}
-
-// The scores of queries i0 .. i1-1 and keys j0 .. j1-1, as attention() and attention_weights make them:
-// Q K^T / sqrt(d_k) (each a sum over d_k in order), ALiBi's penalty, MASKED where the mask hides the key (0 in
-// a row that sees nothing: blind[r]). Kt (d_k, S) is K transposed, so a row of scores is summed across its keys
-// side by side (vector lanes). s: row r of the tile at s[r * FLASH_KEYS].
-inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int e, double alibi_slope, int i0,
-                        int i1, int j0, int j1, TileSight sight, const std::vector<char>& blind, double* s) {
-    const int d_k = Q.cols, w = j1 - j0;
-    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
-    for (int r = 0; r < i1 - i0; r++) {
-        double* row = s + r * FLASH_KEYS;
-        row_times(&Q.data[std::size_t(i0 + r) * d_k], Kt, j0, w, row);  // q_i . k_j
-        for (int c = 0; c < w; c++) row[c] *= inv_sqrt_dk;
-        if (alibi_slope > 0.0)
-            for (int c = 0; c < w; c++) row[c] -= alibi_slope * std::abs(i0 + r - (j0 + c));
-        if (sight != TileSight::all)
-            for (int c = 0; c < w; c++)
-                if (!mask.sees(e, Q.rows, i0 + r, j0 + c)) row[c] = blind[r] ? 0.0 : MASKED;
-    }
-}
-
-// attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
-// Saves Q, K, V, O and L; no P.
-inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
-                              const TileDropout& dropped, double alibi_slope = 0.0) {
-    const int T = Q.rows, S = K.rows, d_k = Q.cols;
-    const Matrix Kt = transpose(K);  // (d_k, S)
-    Matrix O(T, d_k);                // row i: query i's output so far, unnormalised (divided by l at the end)
-    std::vector<double> L(T), s(FLASH_QUERIES * FLASH_KEYS), m(FLASH_QUERIES), l(FLASH_QUERIES);
-    for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) {  // a tile of queries: i0 .. i1-1
-        const int i1 = std::min(T, i0 + FLASH_QUERIES);
-        const std::vector<char> blind = rows_seeing_nothing(mask, e, T, S, i0, i1);
-        const bool walk_all = any_of(blind);
-        std::fill(m.begin(), m.end(), -HUGE_VAL), std::fill(l.begin(), l.end(), 0.0);  // no key seen yet
-        for (int j0 = 0; j0 < S; j0 += FLASH_KEYS) {  // a tile of keys: j0 .. j1-1
-            const int j1 = std::min(S, j0 + FLASH_KEYS);
-            const TileSight sight = tile_sight(mask, e, T, i0, i1, j0, j1);
-            if (sight == TileSight::none && !walk_all) continue;  // every weight here is exactly 0
-            tile_scores(Q, Kt, mask, e, alibi_slope, i0, i1, j0, j1, sight, blind, s.data());
-            for (int r = 0; r < i1 - i0; r++) {
-                const double* row = &s[std::size_t(r) * FLASH_KEYS];
-                double* o = &O.data[std::size_t(i0 + r) * d_k];
-                double m_new = m[r];  // m_new = max(m, this tile's scores)
-                for (int c = 0; c < j1 - j0; c++) m_new = std::max(m_new, row[c]);
-                const double rescale = maths::exp(m[r] - m_new);  // what was summed against m, now against m_new
-                l[r] *= rescale;                                 // (the first tile: exp(-inf) = 0 times 0)
-                for (int p = 0; p < d_k; p++) o[p] *= rescale;
-                double weight[FLASH_KEYS];
-                for (int c = 0; c < j1 - j0; c++) weight[c] = maths::exp(row[c] - m_new);  // softmax's top, against m
-                for (int c = 0; c < j1 - j0; c++) l[r] += weight[c];  // its bottom: l = sum of exp(score - m)
-                for (int c = 0; c < j1 - j0; c++) weight[c] *= dropped.factor(i0 + r, j0 + c);  // O = dropout(P) V:
-                add_weighted_rows(o, weight, j1 - j0, &V.data[std::size_t(j0) * d_k], d_k, d_k);   // o += w_c v_c
-                m[r] = m_new;
-            }
-        }
-        for (int r = 0; r < i1 - i0; r++) {
-            for (int p = 0; p < d_k; p++) O.at(i0 + r, p) /= l[r];  // O = (sum of exp(score - m) v) / l
-            L[i0 + r] = m[r] + maths::log(l[r]);                      // L = m + log l: log of softmax's bottom
-        }
-    }
-    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(L)};
-    return O;
-}
-// Undo flash_attention, tile by tile, as FlashAttention-2 does: the keys' tiles outside (each tile's dK, dV sum
-// over every query tile), the queries' inside. Adds into dQ (T, d_k), dK, dV (S, d_k).
-//
-// Why D = rowsum(dO * O) is rowsum(P * dP): attention_backward's softmax step needs, for each row, the row term
-// sum_j P_ij dP_ij (softmax_rows_backward). A tile sees only its own keys, so it cannot sum a row; but
-// dP_ij = dO_i . v_j, so sum_j P_ij dP_ij = dO_i . (sum_j P_ij v_j) = dO_i . O_i, one dot product a row, known
-// before any tile is made. With dropout, P_ij meets v_j as P_ij keep_ij and dP_ij = keep_ij (dO_i . v_j): the same
-// sum, so the same D.
-inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, const Mask& mask, int e,
-                                     const TileDropout& dropped, double alibi_slope, Matrix& dQ, Matrix& dK,
-                                     Matrix& dV) {
-    const int T = c.Q.rows, S = c.K.rows, d_k = c.Q.cols;
-    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
-    const Matrix Kt = transpose(c.K), Vt = transpose(c.V);  // (d_k, S)
-    std::vector<double> D(T, 0.0), s(FLASH_QUERIES * FLASH_KEYS);
-    for (int i = 0; i < T; i++)  // D = rowsum(dO * O): each row's sum_j P_ij dP_ij (above)
-        for (int p = 0; p < d_k; p++) D[i] += dO.at(i, p) * c.O.at(i, p);
-    std::vector<std::vector<char>> blind;  // each query tile's rows that see nothing, as forward found them
-    for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) blind.push_back(rows_seeing_nothing(mask, e, T, S, i0, std::min(T, i0 + FLASH_QUERIES)));
-    for (int j0 = 0; j0 < S; j0 += FLASH_KEYS) {
-        const int j1 = std::min(S, j0 + FLASH_KEYS), w = j1 - j0;
-        for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) {
-            const int i1 = std::min(T, i0 + FLASH_QUERIES);
-            const std::vector<char>& blind_rows = blind[i0 / FLASH_QUERIES];
-            const TileSight sight = tile_sight(mask, e, T, i0, i1, j0, j1);
-            if (sight == TileSight::none && !any_of(blind_rows)) continue;  // skipped, as forward skipped it
-            // forward: the scores, as tile_scores made them
-            tile_scores(c.Q, Kt, mask, e, alibi_slope, i0, i1, j0, j1, sight, blind_rows, s.data());
-            // dropped_P[r][col] = P_ij keep_ij, grad[r][col] = dS_ij / sqrt(d_k), for the tile's rows r = i - i0
-            double dropped_P[FLASH_QUERIES][FLASH_KEYS], grad[FLASH_QUERIES][FLASH_KEYS];
-            for (int r = 0; r < i1 - i0; r++) {
-                const int i = i0 + r;
-                double* row = &s[std::size_t(r) * FLASH_KEYS];
-                for (int col = 0; col < w; col++) row[col] = maths::exp(row[col] - c.L[i]);  // forward: weight / l
-                double dP[FLASH_KEYS];                                                      //  = exp(score - m) / l
-                // forward: o += (weight keep) v, so dP_ij = keep_ij (dO_i . v_j)             (dP = dO V^T)
-                row_times(&dO.data[std::size_t(i) * d_k], Vt, j0, w, dP);
-                for (int col = 0; col < w; col++) {
-                    const double P = row[col], keep = dropped.factor(i, j0 + col);
-                    dropped_P[r][col] = P * keep;
-                    // forward: weight = exp(score - m), summed into l: softmax_rows_backward, its row term D_i
-                    //          dS = P * (dP - D)
-                    const double dS = P * (keep * dP[col] - D[i]);
-                    grad[r][col] = dS * inv_sqrt_dk;
-                }
-            }
-            const int n = i1 - i0;
-            for (int col = 0; col < w; col++) {
-                double P_col[FLASH_QUERIES], grad_col[FLASH_QUERIES];  // column col of each: key j's
-                for (int r = 0; r < n; r++) P_col[r] = dropped_P[r][col], grad_col[r] = grad[r][col];
-                const std::size_t j = std::size_t(j0 + col) * d_k;
-                // forward: o += (weight keep) v, so dV_j += P_ij keep_ij dO_i        (dV += dropout(P)^T dO)
-                add_weighted_rows(&dV.data[j], P_col, n, &dO.data[std::size_t(i0) * d_k], d_k, d_k);
-                // forward: score = (q_i . k_j) / sqrt(d_k), so dK_j += dS_ij q_i / sqrt(d_k)
-                add_weighted_rows(&dK.data[j], grad_col, n, &c.Q.data[std::size_t(i0) * d_k], d_k, d_k);
-            }
-            for (int r = 0; r < n; r++)  // and dQ_i += dS_ij k_j / sqrt(d_k)
-                add_weighted_rows(&dQ.data[std::size_t(i0 + r) * d_k], grad[r], w, &c.K.data[std::size_t(j0) * d_k],
-                                  d_k, d_k);
-        }
-    }
-}
+// Positions in attention (rotary, ALiBi) and attention in tiles, which MultiHeadAttention calls: later chapters.
+#include "chapters/04_positions.hpp"
+#include "chapters/07_attention_in_tiles.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join
@@ -773,6 +420,9 @@ struct MultiHeadAttention {
         // exercise heads: end
         // forward: Q and K turned by position (rotary): turned back
         // exercise rotary: begin
+        // forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle
+        // exercise rotary: end
+        // exercise rotary: begin
         dQ = turned(std::move(dQ), T, 0, -1.0);
         dK = turned(std::move(dK), S, 0, -1.0);
         // exercise rotary: end
@@ -856,60 +506,6 @@ struct LayerNorm {
     }
 };
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm), today's block in LayerNorm's place.
-//   y = gamma * x / sqrt(mean(x^2) + eps).   x, y (n, d_model). No mean is taken out and there is no beta: only
-// the row's scale is normalised.
-struct RMSNorm {
-    static constexpr double eps = 1e-5;
-    static constexpr const char *name = "RMSNorm", *short_name = "RMS";
-    Param gamma;                // (1, d_model), starts at 1
-    Matrix x_hat;               // saved (n, d_model): x / sqrt(mean(x^2) + eps)
-    std::vector<double> rstd;   // saved (n): 1 / sqrt(mean(x^2) + eps) of each row
-
-    RMSNorm() = default;
-    explicit RMSNorm(int d_model) : gamma(1, d_model, 1.0) {}
-    void list_parameters(const std::string& name, ParamList& list) { list.push_back({name + ".gamma", &gamma}); }
-
-    Matrix forward(const Matrix& x) {
-        int n = x.rows, d = x.cols;
-        x_hat = Matrix(n, d);
-        rstd.assign(n, 0.0);
-        Matrix y(n, d);
-        for (int i = 0; i < n; i++) {
-            double mean_square = 0.0;
-            for (int j = 0; j < d; j++) mean_square += x.at(i, j) * x.at(i, j) / d;
-            rstd[i] = 1.0 / std::sqrt(mean_square + eps);
-            for (int j = 0; j < d; j++) {
-                x_hat.at(i, j) = x.at(i, j) * rstd[i];
-                y.at(i, j) = gamma.value.at(0, j) * x_hat.at(i, j);
-            }
-        }
-        return y;
-    }
-    // exercise rmsnorm: begin
-    // forward: y = gamma * x_hat           so   d_gamma += dy * x_hat,  d_x_hat = dy * gamma
-    // forward: x_hat = x * rstd: LayerNorm's backward with its mean fixed at 0, so term 2 is gone and term 3
-    //          stays, through the mean of squares:   dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat))
-    // exercise rmsnorm: end
-    Matrix backward(const Matrix& dy) {
-        // exercise rmsnorm: begin (uses dy)
-        int n = dy.rows, d = dy.cols;
-        Matrix dx(n, d), d_x_hat(n, d);
-        for (int i = 0; i < n; i++) {
-            double mean_d_xhat = 0.0;
-            for (int j = 0; j < d; j++) {
-                gamma.grad.at(0, j) += dy.at(i, j) * x_hat.at(i, j);
-                d_x_hat.at(i, j) = dy.at(i, j) * gamma.value.at(0, j);
-                mean_d_xhat += d_x_hat.at(i, j) * x_hat.at(i, j) / d;
-            }
-            for (int j = 0; j < d; j++) dx.at(i, j) += rstd[i] * (d_x_hat.at(i, j) - x_hat.at(i, j) * mean_d_xhat);
-        }
-        return dx;
-        // exercise rmsnorm: end
-    }
-};
-
 // ---------------------------------------------------------------------------------------------
 // Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
 //   x, y (n, d_model), hidden (n, d_ff). act works entry by entry: ReLU, or GELU for the exercise.
@@ -942,46 +538,10 @@ struct FeedForward {
     }
 };
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// SwiGLU (--act swiglu; Shazeer 2020, Llama's feed-forward), today's block in FeedForward's place.
-//   y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a gate times its partner, entry by entry.
-//   x, y (n, d_model), hidden and partner (n, d_h). Three matrices where there were two, so the hidden width d_h is
-// 2 d_ff / 3 (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
-struct SwiGLU {
-    Linear W_1, W_2, W_3;   // (d_model -> d_h), (d_h -> d_model), (d_model -> d_h): the gate, out, the partner
-    Matrix hidden;          // saved (n, d_h): x W_1 + b_1, the gate's input
-    Matrix partner;         // saved (n, d_h): x W_3 + b_3
+// RMSNorm, GELU and SwiGLU, which Norm and FeedForwardBlock may hold: a later chapter.
+#include "chapters/03_todays_blocks.hpp"
 
-    static int width(int d_ff) { return std::max(1, (2 * d_ff + 1) / 3); }  // d_h: 2 d_ff / 3, rounded
-    SwiGLU() = default;
-    SwiGLU(int d_model, int d_ff, bool bias, Rng& rng)
-        : W_1(d_model, width(d_ff), bias, rng), W_2(width(d_ff), d_model, bias, rng),
-          W_3(d_model, width(d_ff), bias, rng) {}
-    void list_parameters(const std::string& name, ParamList& list) {
-        W_1.list_parameters(name + ".W_1", name + ".b_1", list);
-        W_2.list_parameters(name + ".W_2", name + ".b_2", list);
-        W_3.list_parameters(name + ".W_3", name + ".b_3", list);
-    }
-    Matrix forward(const Matrix& x) {
-        hidden = W_1.forward(x);
-        partner = W_3.forward(x);
-        return W_2.forward(multiply(silu(hidden), partner));
-    }
-    Matrix backward(const Matrix& dy) {
-        // exercise swiglu: begin (uses dy)
-        Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act), act = multiply(gate, partner)
-        const int n = hidden.rows, d_h = hidden.cols;
-        Matrix d_gate(n, d_h), d_partner(n, d_h), d_hidden(n, d_h);
-        multiply_backward(d_act, silu(hidden), partner, d_gate, d_partner);
-        silu_backward(d_gate, hidden, d_hidden);  // forward: gate = silu(hidden)
-        Matrix dx = W_1.backward(d_hidden);       // forward: hidden = W_1.forward(x)
-        accumulate(dx, W_3.backward(d_partner));  // forward: partner = W_3.forward(x): x's second use adds in
-        return dx;
-        // exercise swiglu: end
-    }
-};
-
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ---------------------------------------------------------------------------------------------
 // Which norm and which feed-forward a model uses, chosen once, when it is built. A first reading may take Norm as
 // LayerNorm and FeedForwardBlock as FeedForward, as the default builds them. OneOf<A, B> holds an A or a B (a
 // std::variant), and forward, backward and list_parameters reach the one it holds (std::visit calls the lambda with
@@ -1289,7 +849,7 @@ struct Transformer {
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ---------------------------------------------------------------------------------------------
 // The Transformer's position rows: 0, 1, ..., L-1 for every input, unless positions are random (--pos random).
 // Each source's L position rows (random positions: drawn in training, else from the source itself).
 inline Transformer::Batch Transformer::rows_for(const Batch& srcs, int L) {
@@ -1307,7 +867,7 @@ inline int Transformer::target_row(const std::vector<int>& rows_of_source, int t
     return embed.random_rows ? rows_of_source.at(t) : t;
 }
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ---------------------------------------------------------------------------------------------
 // Tied embeddings (--tie-embeddings; the paper, 3.4): the output projection's W is the embedding table transposed,
 // so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
 inline Matrix Transformer::tied_output(const Matrix& h) {
@@ -1324,195 +884,5 @@ inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // ->
     return dh;
 }
 
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
-// without cross-attention (`cross` false) reads each source, START and the answer so far as one sequence of
-// L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
-// answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
-//
-// The mask (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at or
-// before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query sees at
-// least key 0, the source's first digit (a source is never empty, and its PADs come after its digits), so no row
-// is all masked, and none spreads its weight over future keys.
-inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
-    Matrix m(rows * int(sources.size()), keys);
-    for (int i = 0; i < m.rows; i++)
-        for (int j = 0; j < keys; j++) {
-            const std::vector<int>& src = sources[i / rows];
-            bool pad = j < int(src.size()) && src[j] == PAD;
-            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
-        }
-    return m;
-}
-inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) {
-    Transformer::Batch whole = srcs;  // n_seq x (L): the source, START, the answer so far
-    for (std::size_t e = 0; e < whole.size(); e++)
-        whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
-    return whole;
-}
-inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
-    sources = srcs, targets_in = tgts_in;
-    const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
-    whole_rows = rows_for(srcs, L);  // random positions: L rows drawn at once
-    Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(whole_rows));  // (n_seq L, d_model)
-    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), whole_keep);
-    Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
-    for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
-    Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
-    for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
-    return output(final_norm.forward(answer));
-}
-// Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
-inline void Transformer::read_whole_backward(const Matrix& d_answer) {
-    const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
-    Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
-    for (int e = 0; e < n_seq; e++)
-        add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
-    Matrix unused;  // no memory
-    for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
-    dx = dropout_backward(std::move(dx), whole_keep);  // forward: x = dropout(embed.forward(whole))
-    const Batch whole = wholes(sources, targets_in);
-    for (int e = 0; e < n_seq; e++)
-        embed.backward(whole[e], whole_rows[e], take_block(dx, e * L, L, 0, config.d_model));
-}
-
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Decoding with a cache (inference only: greedy decoding, train.hpp; beam search).
-// Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
-// every position, it keeps what every attention computed (llama2.c's RunState) and feeds only the newest
-// tokens: causal self-attention adds the new rows' K and V to those kept, cross-attention reads the memory's K
-// and V, made once. The new rows are those a whole-prefix pass gives, bit for bit: its later keys are masked
-// and add exactly 0 (tests.cpp checks).
-struct DecodingCache {
-    // self_K, self_V (n_seq t, kv_heads d_k), t the tokens fed so far; cross_K, cross_V (n_seq S, kv_heads d_k)
-    struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
-    std::vector<Layer> layers;        // one per decoder block
-    Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
-    Transformer::Batch rows;          // n_seq x (S): the position rows its source read, which the output's follow
-                                      // (random positions); decoder-only: n_seq x (2 S), the whole sequence's
-    int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
-};
-
-// n_seq sequences in A (n_seq a, m) and in B (n_seq b, m) -> (n_seq (a + b), m): each sequence's rows
-// from A, then its rows from B. Decoding grows every sequence's kept K and V this way.
-inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
-    Matrix Y;
-    for (int e = 0, a = A.rows / n_seq, b = B.rows / n_seq; e < n_seq; e++) {
-        append_rows(Y, take_block(A, e * a, a, 0, A.cols));
-        append_rows(Y, take_block(B, e * b, b, 0, B.cols));
-    }
-    return Y;
-}
-
-// MultiHeadAttention::attend for decoding: the same sums in the same order, so the same bits, but read in place
-// from Q (n_seq T, d_model) and the kept K, V (n_seq S, kv_heads d_k), where attend copies out every head's slices
-// for its backward; each head keeps only its map P (T, S), which --inspect reads. The queries' positions start at
-// first_query (ALiBi's distances: the newest row is further on).
-inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
-                          int n_seq, int first_query) {
-    Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-    const int T = Q.rows / n_seq, S = K.rows / n_seq, d_k = m.d_k, group = m.n_heads / m.kv_heads;
-    const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
-    m.saved.assign(std::size_t(n_seq) * m.n_heads, SavedAttention{});
-    parallel_each(n_seq, attention_work(n_seq * m.n_heads, T, S, d_k), [&](int e) {
-        Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
-        for (int h = 0; h < m.n_heads; h++) {
-            int col = h * d_k, kv_col = h / group * d_k;
-            Matrix scores(T, S);  // attention(): scale(matmul_bt_fast(Q, K), inv_sqrt_dk), one sum an entry
-            for (int i = 0; i < T; i++) {
-                const double* q = &Q.data[std::size_t(e * T + i) * Q.cols + col];  // query i of head h
-                for (int j = 0; j < S; j++) {
-                    const double* k = &K.data[std::size_t(e * S + j) * K.cols + kv_col];  // key j of its K head
-                    double sum = 0.0;
-                    for (int p = 0; p < d_k; p++) sum += q[p] * k[p];
-                    scores.at(i, j) = sum * inv_sqrt_dk;
-                }
-            }
-            Matrix& P = m.saved[std::size_t(e) * m.n_heads + h].P;  // (T, S)
-            P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
-                                  first_query);
-            for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, summed straight into
-                                           // the zeroed join: the same bits as summing apart and adding to 0
-                double* o = &joined.data[std::size_t(e * T + i) * joined.cols + col];
-                for (int j = 0; j < S; j++) {
-                    const double w = P.at(i, j), *v = &V.data[std::size_t(e * S + j) * V.cols + kv_col];
-                    for (int p = 0; p < d_k; p++) o[p] += w * v[p];
-                }
-            }
-        }
-    });
-    return m.W_o.forward(joined);
-}
-
-// DecoderBlock::forward for y (n_seq new_rows, d_model), the newest rows of each sequence (one, or a decoder-only
-// model's whole prompt) from `position` on, against what `kept` holds; self_mask (n_seq new_rows, keys) hides what
-// they may not see (empty: all). With rotary positions the kept keys were turned at their own positions, so only
-// the newest rows turn.
-inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept, const Matrix& self_mask,
-                                 const Matrix& memory_mask, int n_seq, int position) {
-    MultiHeadAttention& self = b.self_attn;
-    const int new_rows = y.rows / n_seq;
-    Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
-        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), new_rows, position), n_seq);  // each
-        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new ones
-        return attend_kept(self, self.turned(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
-                           self_mask, n_seq, position);
-    });
-    if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
-    Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
-        return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask,
-                           n_seq, 0);
-    });
-    return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
-}
-
-// Decoder-only: run the sources through the stack once, keeping every layer's K and V; START comes next.
-inline DecodingCache start_decoding_whole(Transformer& model, const Transformer::Batch& sources) {
-    DecodingCache cache;
-    cache.sources = sources;
-    const int S = int(sources[0].size()), n_seq = int(sources.size());
-    cache.rows = model.rows_for(sources, positions_read(model.config, S));
-    Transformer::Batch rows;  // the sources' own rows, the first S of each
-    for (const std::vector<int>& r : cache.rows) rows.push_back({r.begin(), r.begin() + S});
-    Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
-    Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
-    cache.layers.resize(model.decoder.size());
-    for (std::size_t i = 0; i < model.decoder.size(); i++)
-        x = decoder_block_next(model.decoder[i], x, cache.layers[i], mask, Matrix(), n_seq, 0);
-    cache.position = S;
-    return cache;
-}
-// Encode the sources once and make every cross-attention's K and V from the memory (n_seq S, d_model).
-inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch& sources) {
-    switch (model.config.arch) {
-    case Arch::encoder_decoder: break;
-    case Arch::decoder_only: return start_decoding_whole(model, sources);
-    }
-    DecodingCache cache;
-    cache.sources = sources;
-    Matrix memory = model.encode(sources);
-    cache.rows = model.source_rows;
-    for (DecoderBlock& block : model.decoder)
-        cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
-                                block.cross_attn.W_v.forward(memory)});
-    return cache;
-}
-
-// The logits (n_seq, vocab) of the token after each sequence's newest (n_seq x (1)), at cache.position.
-inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
-    const int n_seq = int(newest.size());
-    std::vector<int> rows;  // the position row each newest token reads
-    for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.rows[e], cache.position));
-    Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
-    Matrix memory_mask, self_mask;  // cross-attention's (n_seq, S), or decoder-only's self-attention's (n_seq, keys)
-    switch (model.config.arch) {
-    case Arch::encoder_decoder: memory_mask = padding_mask(1, cache.sources); break;
-    case Arch::decoder_only:
-        self_mask = causal_padding_mask(cache.sources, 1, cache.position, cache.position + 1);
-        break;
-    }
-    for (std::size_t i = 0; i < model.decoder.size(); i++)
-        y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
-    cache.position++;
-    return model.output(model.final_norm.forward(y));
-}
+// Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
+#include "chapters/05_decoder_only.hpp"

@@ -37,7 +37,7 @@ const std::vector<Exercise> EXERCISES = {
      as_default},
     {"layernorm", "LayerNorm::backward (model.hpp)", {"LayerNorm", "EncoderBlock", "DecoderBlock", "model"},
      as_default},
-    {"rmsnorm", "RMSNorm::backward (model.hpp)", {"RMSNorm", "EncoderBlock", "model"},
+    {"rmsnorm", "RMSNorm::backward (chapters/03_todays_blocks.hpp)", {"RMSNorm", "EncoderBlock", "model"},
      [](ModelConfig& m, TrainConfig&) { m.rms_norm = true; }},
     {"embedding", "Embedding::backward, the scatter-add (model.hpp)", {"Embedding", "model"},
      [](ModelConfig& m, TrainConfig&) { m.positions = Positions::learned; }},
@@ -51,9 +51,9 @@ const std::vector<Exercise> EXERCISES = {
      [](ModelConfig& m, TrainConfig&) { m.n_heads = 4, m.kv_heads_asked = 2; }},
     {"rotary", "MultiHeadAttention::backward: rotary positions turned back (model.hpp)",
      {"MultiHeadAttention", "model"}, [](ModelConfig& m, TrainConfig&) { m.positions = Positions::rope; }},
-    {"swiglu", "SwiGLU::backward (model.hpp)", {"SwiGLU", "EncoderBlock", "model"},
+    {"swiglu", "SwiGLU::backward (chapters/03_todays_blocks.hpp)", {"SwiGLU", "EncoderBlock", "model"},
      [](ModelConfig& m, TrainConfig&) { m.activation = Activation::swiglu; }},
-    {"adam", "the Adam update in Optimizer::update (train.hpp)", {"Adam"},
+    {"adam", "the Adam update in Optimizer::update (chapters/02_optimizers.hpp)", {"Adam"},
      [](ModelConfig&, TrainConfig& t) { t.optimizer = OptimizerKind::adam, t.lr = 0.01; }},
     {"decoder-block", "DecoderBlock::backward (model.hpp)", {"DecoderBlock", "model"}, as_default},
 };
@@ -69,7 +69,17 @@ inline const Exercise& exercise_named(const std::string& name) {
 // The hand-out. cut() takes exercise `name` out of a file's text: a region of comments goes (the derivation is the
 // student's to find), a region of code becomes the gap, which compiles, names what the region's `uses` lists (so
 // no warning says it is unused) and throws. The other exercises' regions stay as they are.
-const std::string TUTORIAL_FILES[] = {"matrix.hpp", "model.hpp", "train.hpp"};
+// The tutorial's files: the first part, then every chapter (chapters/*.hpp), in the book's order.
+inline std::vector<std::string> tutorial_files() {
+    std::vector<std::string> files = {"matrix.hpp", "model.hpp", "train.hpp"}, chapters;
+    std::error_code no_folder;
+    for (const auto& entry : std::filesystem::directory_iterator("chapters", no_folder))
+        if (entry.path().extension() == ".hpp") chapters.push_back("chapters/" + entry.path().filename().string());
+    std::sort(chapters.begin(), chapters.end());
+    files.insert(files.end(), chapters.begin(), chapters.end());
+    return files;
+}
+const std::vector<std::string> TUTORIAL_FILES = tutorial_files();
 inline std::string trimmed(const std::string& line) {
     std::size_t first = line.find_first_not_of(' ');
     return first == std::string::npos ? "" : line.substr(first);

@@ -1,0 +1,62 @@
+// chapters/05_decoder_only.hpp -- one causal stack, GPT's shape (--arch decoder-only).
+//
+// What it adds: a model without an encoder. What it changes in the first part: DecoderBlock is built without
+// cross-attention (`cross` false, has_encoder), and Transformer::forward and backward call read_whole and
+// read_whole_backward, here, in place of encode and next_token_logits. Decoder-only is not a second model: the same
+// blocks, one stack.
+#pragma once
+
+#include <vector>
+
+#include "../model.hpp"  // Transformer (this file is read where model.hpp includes it)
+
+// Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
+// without cross-attention (`cross` false) reads each source, START and the answer so far as one sequence of
+// L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
+// answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
+//
+// The mask (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at or
+// before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query sees at
+// least key 0, the source's first digit (a source is never empty, and its PADs come after its digits), so no row
+// is all masked, and none spreads its weight over future keys.
+inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
+    Matrix m(rows * int(sources.size()), keys);
+    for (int i = 0; i < m.rows; i++)
+        for (int j = 0; j < keys; j++) {
+            const std::vector<int>& src = sources[i / rows];
+            bool pad = j < int(src.size()) && src[j] == PAD;
+            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
+        }
+    return m;
+}
+inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) {
+    Transformer::Batch whole = srcs;  // n_seq x (L): the source, START, the answer so far
+    for (std::size_t e = 0; e < whole.size(); e++)
+        whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
+    return whole;
+}
+inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
+    sources = srcs, targets_in = tgts_in;
+    const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
+    whole_rows = rows_for(srcs, L);  // random positions: L rows drawn at once
+    Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)), concatenated(whole_rows));  // (n_seq L, d_model)
+    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), whole_keep);
+    Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
+    for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+    Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
+    for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
+    return output(final_norm.forward(answer));
+}
+// Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
+inline void Transformer::read_whole_backward(const Matrix& d_answer) {
+    const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
+    Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
+    for (int e = 0; e < n_seq; e++)
+        add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
+    Matrix unused;  // no memory
+    for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
+    dx = dropout_backward(std::move(dx), whole_keep);  // forward: x = dropout(embed.forward(whole))
+    const Batch whole = wholes(sources, targets_in);
+    for (int e = 0; e < n_seq; e++)
+        embed.backward(whole[e], whole_rows[e], take_block(dx, e * L, L, 0, config.d_model));
+}

@@ -1,0 +1,127 @@
+// chapters/08_eight_bits.hpp -- the model in 8 bits (and fewer): weights as small integers, products in integers.
+//
+// What it adds: --quantize BITS (workbench/quantize.hpp) keeps a trained model's matrices as whole numbers of BITS
+// bits, one scale for each group of consecutive weights, and computes its products in integers (llama2.c's runq.c;
+// llama.cpp's Q8_0 and Q4_0). Inference only: a quantized model never trains. What it changes in the first part:
+// Param holds the integers beside its value (Param::quantized), and Linear::forward multiplies by them when they are
+// there (engine/kernels.hpp's quantized_product_fast, the same bits as quantized_product here, faster).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../matrix.hpp"
+
+// A matrix of a product as whole numbers of `bits` bits, one scale for each `group` of them along the input
+// dimension (below: what each member means).
+struct Quantized {
+    int rows = 0, cols = 0;      // Wt's shape: (d_out, d_in), one row an output
+    int bits = 8, group = 64;    // the width of q, and the weights a scale covers
+    std::vector<int8_t> q;       // (rows, cols), row by row
+    std::vector<double> scale;   // (rows, cols / group): row j's groups, in order, each a float32's value
+    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product (its
+    std::vector<double> packed_scale;   // pack_weights, again after q changes; empty: laid out at each call)
+    int groups() const { return cols / group; }
+};
+
+//
+// A matrix of a product y = x W, W (d_in, d_out), is kept as its transpose Wt (d_out, d_in): row j holds the d_in
+// weights output j sums over, cut into groups of `group` along the input dimension, and each group is
+//   w ~ q * scale,   q a whole number of `bits` bits, the same scale for the whole group.
+// Two rules choose the scale:
+//   8 bits (Q8_0, runq.c):  scale = max|w| / 127,  q = round(w / scale) in -127 .. 127, symmetric;
+//   2 to 7 bits (Q4_0's rule, llama.cpp, at 4 bits): m the group's weight of largest size, sign kept,
+//            scale = m / -2^(bits-1),  q = round(w / scale) in -2^(bits-1) .. 2^(bits-1) - 1:
+//            m itself lands on -2^(bits-1) exactly, so no level is spent on the side it is not.
+// Dequantizing is q * scale. The error of one weight is where it comes from: rounding moves w / scale at most
+// half a step, so |w - q scale| <= |scale| / 2 (under Q4_0's rule a weight near -m, beyond 2^(bits-1) - 1/2 steps
+// on the side without the extra level, is clamped to the top level: within one step). A group with one large
+// weight has a large scale, and every small weight beside it is rounded as coarsely.
+//
+// The product: each row of x is quantized as it arrives, in the same groups, to 8 bits (Q8_0, as runq.c and
+// llama.cpp do for activations), and each group's sum is taken in whole numbers:
+//   y[j] = sum over groups g of ( sum_k qx[g k] qw[j][g k] ) * scale_w[j][g] * scale_x[g]
+// The inner sum is exact: at most 64 products of size 127 x 128 < 2^21, so an int32 holds it without rounding; the
+// only roundings are the three doubles of each group's term and the sum over groups. So the integer product equals
+// the product of the dequantized values up to those few roundings (tests.cpp), and it has no order to disagree on:
+// the same bits on every thread count and every build. Its error against the float model is the weights' rounding
+// above, plus the activations' (half a step of scale_x each).
+// (Quantized, the integers and scales of a matrix, is defined beside Param, at the top of this file.)
+// The group of a width: runq.c's 64 (8 bits) or llama.cpp's 32 (fewer bits), halved until it divides the width.
+inline int group_for(int bits, int width) {
+    int group = bits == 8 ? 64 : 32;
+    while (width % group != 0) group /= 2;
+    return group;
+}
+// v rounded to the nearest whole number, halves away from 0 (C's round), for |v| < 2^31, with + - alone.
+inline int rounded(double v) {
+    const double size = v < 0 ? -v : v;
+    int n = int(size);                // size's whole part (truncation: size >= 0)
+    if (size - n >= 0.5) n++;         // exact: size and n share their leading bits
+    return v < 0 ? -n : n;
+}
+// The scale of one group of n weights, by the rule of `bits`.
+inline double group_scale(const double* w, int n, int bits) {
+    double largest = 0.0, signed_largest = 0.0;  // max|w|, and that weight with its sign (the first, on a tie)
+    for (int k = 0; k < n; k++)
+        if ((w[k] < 0 ? -w[k] : w[k]) > largest) largest = w[k] < 0 ? -w[k] : w[k], signed_largest = w[k];
+    return bits == 8 ? largest / 127.0 : signed_largest / -double(1 << (bits - 1));
+}
+// Wt (rows, cols) quantized: each row's groups of `group_for(bits, cols)` weights.
+inline Quantized quantize(const Matrix& Wt, int bits) {
+    Quantized Q;
+    Q.rows = Wt.rows, Q.cols = Wt.cols, Q.bits = bits, Q.group = group_for(bits, Wt.cols);
+    const int lowest = bits == 8 ? -127 : -(1 << (bits - 1)), highest = bits == 8 ? 127 : (1 << (bits - 1)) - 1;
+    Q.q.resize(Wt.data.size());
+    for (int r = 0; r < Wt.rows; r++)
+        for (int g = 0; g < Q.groups(); g++) {
+            const std::size_t at = std::size_t(r) * Wt.cols + std::size_t(g) * Q.group;
+            const double scale = double(float(group_scale(&Wt.data[at], Q.group, bits)));  // kept as a float, as
+            Q.scale.push_back(scale);                                                           // runq.c keeps it
+            for (int k = 0; k < Q.group; k++) {
+                const int q = scale == 0.0 ? 0 : rounded(Wt.data[at + k] / scale);
+                Q.q[at + k] = int8_t(std::min(highest, std::max(lowest, q)));
+            }
+        }
+    return Q;
+}
+inline Matrix dequantize(const Quantized& Q) {  // -> (rows, cols): q * scale, entry by entry
+    Matrix Wt(Q.rows, Q.cols);
+    for (int r = 0; r < Q.rows; r++)
+        for (int c = 0; c < Q.cols; c++)
+            Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
+    return Wt;
+}
+// One group of n activations x quantized Q8_0 into qx: returns its scale.
+inline double quantize_activations(const double* x, int n, int8_t* qx) {
+    const double scale = group_scale(x, n, 8);
+    for (int k = 0; k < n; k++) qx[k] = int8_t(scale == 0.0 ? 0 : rounded(x[k] / scale));
+    return scale;
+}
+// Rows i0 .. i1-1 of Y (n, d_out) = X (n, d_in) W, W quantized as Wt: X's rows quantized as they arrive (Q8_0).
+inline void quantized_product_rows(const Matrix& X, const Quantized& Wt, Matrix& Y, int i0, int i1) {
+    const int G = Wt.groups(), size = Wt.group;
+    std::vector<int8_t> qx(X.cols);
+    std::vector<double> scale_x(G);
+    for (int i = i0; i < i1; i++) {
+        const double* x = &X.data[std::size_t(i) * X.cols];
+        for (int g = 0; g < G; g++)  // the activations: Q8_0, group by group
+            scale_x[g] = quantize_activations(x + g * size, size, &qx[g * size]);
+        for (int j = 0; j < Wt.rows; j++) {
+            const int8_t* w = &Wt.q[std::size_t(j) * Wt.cols];
+            double y = 0.0;
+            for (int g = 0; g < G; g++) {
+                int32_t sum = 0;  // exact: whole numbers
+                for (int k = g * size; k < (g + 1) * size; k++) sum += int32_t(qx[k]) * int32_t(w[k]);
+                y += double(sum) * Wt.scale[std::size_t(j) * G + g] * scale_x[g];
+            }
+            Y.at(i, j) = y;
+        }
+    }
+}
+inline Matrix quantized_product(const Matrix& X, const Quantized& Wt) {  // X (n, d_in) -> (n, d_out)
+    Matrix Y(X.rows, Wt.rows);
+    quantized_product_rows(X, Wt, Y, 0, X.rows);
+    return Y;
+}
