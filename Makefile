@@ -38,11 +38,12 @@ CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # square root and a division are rounded exactly as IEEE says in a lane or alone, so no number changes.
 # -pthread: --threads runs std::threads (older C libraries and some systems link them only with this flag).
 FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
-# The tutorial, and beneath it engine/: the fast kernels and the pool they run on (tested beside themselves,
-# engine/*_test.cpp, with the program's flags: the kernels are tested as ./sorter runs them).
+# The tutorial: its first part (the three headers), its later chapters (chapters/*.hpp), and beneath them engine/: the
+# fast kernels and the pool they run on. A chapter's tests and the engine's sit beside them (chapters/*_test.cpp,
+# engine/*_test.cpp), built with the program's flags: they are tested as ./sorter runs them.
+CHAPTERS     := $(filter-out %_test.hpp,$(wildcard chapters/*.hpp))
 ENGINE       := $(wildcard engine/*.hpp)
-ENGINE_TESTS := $(wildcard engine/*_test.cpp)
-CHAPTERS     := $(wildcard chapters/*.hpp)
+BESIDE_TESTS := $(wildcard chapters/*_test.cpp) $(wildcard engine/*_test.cpp)
 HEADERS  := matrix.hpp model.hpp train.hpp $(CHAPTERS) $(ENGINE)
 # The program's parts (workbench/*.hpp) and their tests beside them (workbench/*_test.cpp).
 WORKBENCH       := $(wildcard workbench/*.hpp)
@@ -98,9 +99,9 @@ tests.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 workbench-tests.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
 	printf '#include "%s"\n' $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
-engine-tests.o: $(ENGINE_TESTS) $(HEADERS) Makefile | doctest
-	printf '#include "%s"\n' $(ENGINE_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
-tests: doctest-main.o tests.o engine-tests.o workbench-tests.o
+beside-tests.o: $(BESIDE_TESTS) $(HEADERS) Makefile | doctest
+	printf '#include "%s"\n' $(BESIDE_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
+tests: doctest-main.o tests.o beside-tests.o workbench-tests.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $^
 
 test: tests
@@ -143,15 +144,15 @@ check: exercise-check  # a graded fail (1) is a result, not an error: the grade 
 
 # Two units, as make test's: the lab notebook, and the engine's and workbench's tests (whose helpers share names).
 SANITIZE := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all
-tests-sanitize: tests.cpp $(ENGINE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
+tests-sanitize: tests.cpp $(BESIDE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) $(DOCTEST_INCLUDE) -c -o tests-sanitize-lab.o tests.cpp
-	printf '#include "%s"\n' $(ENGINE_TESTS) $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) -I. \
+	printf '#include "%s"\n' $(BESIDE_TESTS) $(WORKBENCH_TESTS) | $(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) -I. \
 	  $(DOCTEST_INCLUDE) -x c++ -c -o tests-sanitize-parts.o -
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) -o $@ tests-sanitize-lab.o tests-sanitize-parts.o doctest-main.o
 
 # ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads).
-tests-tsan: tests.cpp $(ENGINE_TESTS) $(HEADERS) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -o $@ tests.cpp $(ENGINE_TESTS) \
+tests-tsan: tests.cpp $(BESIDE_TESTS) $(HEADERS) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -o $@ tests.cpp $(BESIDE_TESTS) \
 	  doctest-main.o
 
 sanitize: tests-sanitize tests-tsan
@@ -252,6 +253,6 @@ signals: sorter
 	fuzz/signals.sh $(SIGNAL_RUNS)
 
 clean:
-	rm -f sorter tests tests.o engine-tests.o workbench-tests.o tests-sanitize tests-sanitize-lab.o tests-sanitize-parts.o tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* fuzz/maths \
+	rm -f sorter tests tests.o beside-tests.o workbench-tests.o tests-sanitize tests-sanitize-lab.o tests-sanitize-parts.o tests-tsan gradcheck-tests doctest-main.o fuzz/fuzz-* fuzz/maths \
 	  exercise-check \
 	  sorter.html sorter-web.js

@@ -1,23 +1,18 @@
 // matrix.hpp -- the math under the Transformer, each forward beside its backward.
 //
-// Read this file first. Everything here works on a Matrix: a rows x cols block of doubles
-// stored row by row. One row is one position of a sequence, so a sequence of T tokens that
-// each carry d_model numbers is a (T, d_model) matrix. Legend used in every file:
+// Read this file first: matrix.hpp, model.hpp and train.hpp, read whole, are the 2017 paper's model end to end; the
+// chapters after them (chapters/) add today's blocks. A Matrix is a rows x cols block of doubles, row by row; one row
+// is one position, so T tokens of d_model numbers each are a (T, d_model) matrix. Legend used in every file:
 //   T        target (decoder) sequence length      S      source (encoder) sequence length
 //   d_model  width of every token vector           vocab  vocabulary size
 //   n_heads  attention heads                       d_k    d_model / n_heads, width of one head
 //   d_ff     hidden width of the feed-forward layer
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
-// Sections: Matrix, Param, Rng; matmul; matmul_bt; add; add_row; scale; softmax_rows; relu; blocks of rows. The model
-// multiplies with engine/kernels.hpp's *_fast kernels, beneath the tutorial: the same bits as matmul and matmul_bt
-// here, faster and on every core; these loops are the math.
-// The backward rule for every function: given dL/d(output) it ADDS (+=) dL/d(input) into gradient matrices the caller
-// has zeroed. Adding, not assigning, is the chain rule's sum over every path from an input to the loss: when one input
-// feeds two places, both add in.
-// Exercise-only: a line `// exercise NAME: begin` and its `// exercise NAME: end` hold an answer a class writes
-// itself (docs/course.md, "Write it yourself"): `make exercise` cuts them out of a student's copy and leaves a gap
-// that throws "not written yet" (<stdexcept>), naming what `uses` lists so that it compiles without a warning.
+// The model multiplies with engine/kernels.hpp's *_fast kernels: the same bits as matmul and matmul_bt here, faster.
+// Every backward, given dL/d(output), ADDS (+=) dL/d(input) into gradients the caller zeroed: the chain rule's sum
+// over every path from an input to the loss. `// exercise NAME: begin` .. `end` mark an answer a class writes itself
+// (docs/course.md): `make exercise` cuts it out of a student's copy, leaving a gap that throws "not written yet".
 #pragma once
 
 #include <algorithm>
@@ -45,10 +40,10 @@ struct Matrix {
 
 // A learned tensor and the gradient of the loss with respect to it, always the same shape.
 // Training zeroes grad, backward passes add (+=) into it, and the optimizer reads it.
-struct Quantized;  // a matrix's integers, for the model in 8 bits (chapters/08_eight_bits.hpp); a first reading skips it
+struct Quantized;  // a matrix as small integers: chapters/08_eight_bits.hpp
 struct Param {
     Matrix value, grad;
-    std::vector<Quantized> quantized;  // inference only: empty, or one entry, value's integers (chapter 8 bits)
+    std::vector<Quantized> quantized;  // empty, unless the model is in 8 bits (chapter 08): then value's integers
     Param() = default;
     Param(int r, int c, double fill = 0.0) : value(r, c, fill), grad(r, c, 0.0) {}
 };
@@ -105,7 +100,7 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 // ---------------------------------------------------------------------------------------------
 // Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
 // Entry (i, j) is the dot product of row i of A with row j of B, both rows contiguous in memory.
-// Attention's scores Q K^T are this product (the model calls matmul_bt_fast, at the end of the file).
+// Attention's scores Q K^T are this product (the model calls engine/kernels.hpp's matmul_bt_fast: the same bits).
 inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.rows);
     for (int i = 0; i < A.rows; i++)

@@ -13,24 +13,14 @@
 
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "engine/kernels.hpp"  // matmul_fast and the rest: matrix.hpp's products, faster (beneath the tutorial)
 #include "matrix.hpp"
 
-// The exercise switches, each with its names as the flags and the checkpoint file spell them.
-enum class NormPlace { pre, post };  // where a sublayer's norm goes
-enum class Positions { sinusoidal, learned, none, random, rope, alibi };  // how a token's place is known: a table
-                                                                          // the embeddings add, none, or in attention
-enum class Activation { relu, gelu, swiglu };
-enum class Arch { encoder_decoder, decoder_only };
-enum class Attention { plain, flash };  // how training computes attention: the weights whole, or in tiles
-const std::vector<std::string> NORM_PLACE_NAMES = {"pre", "post"};
-const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
-const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
-const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
-const std::vector<std::string> ATTENTION_NAMES = {"plain", "flash"};
+// The choices a model is built with (ModelConfig's), each enum with its names as the flags and the checkpoint file
+// spell them, and the questions the blocks ask of them, each answered once.
+#include "chapters/00_choices.hpp"
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
@@ -41,23 +31,22 @@ struct ModelConfig {
     int d_ff = 32;
     int enc_layers = 1;
     int dec_layers = 1;
-    NormPlace norm_place = NormPlace::pre;
-    Positions positions = Positions::sinusoidal;
-    Activation activation = Activation::relu;
-    bool embed_scale = true;  // multiply embeddings by sqrt(d_model), as in the paper
-    bool no_bias = false;     // no bias in the feed-forward and the output projection (Llama's; attention has none)
-    int bits = 0;             // inference only: a quantized model's weight width (--quantize, matrix.hpp); 0: float64
+    NormPlace norm_place = NormPlace::pre;        // post: the paper's own blocks
+    Positions positions = Positions::sinusoidal;  // learned (the paper's other), none; chapter 04's random, rope, alibi
+    Activation activation = Activation::relu;     // chapter 03's gelu, swiglu
+    bool embed_scale = true;      // multiply embeddings by sqrt(d_model), as in the paper
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
-    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (Llama's norm)
+    // The later chapters' choices, each off (the paper's) by default:
+    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (chapter 03)
+    bool no_bias = false;         // no bias in the feed-forward and the output projection (Llama's; attention has none)
     int kv_heads_asked = 0;       // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
     int key_value_heads() const { return kv_heads_asked > 0 ? kv_heads_asked : n_heads; }  // how many there are
-    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
-    Attention attention = Attention::plain;  // flash: training's attention in tiles (the same numbers, less memory)
+    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder (chapter 05)
+    Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers (chapter 07)
+    int bits = 0;                 // inference only: a quantized model's weight width (chapter 08); 0: float64
 };
-
-#include "chapters/00_choices.hpp"  // the questions asked of a choice, each answered once
 
 // ---------------------------------------------------------------------------------------------
 // The tokens and the parameters.
@@ -146,14 +135,12 @@ struct Embedding {
     Param learned;    // (max_len, d_model), the learned position table: empty unless positions are learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
-    Positions positions = Positions::sinusoidal;
-    bool random_rows = false;  // --pos random: the rows a sequence reads are drawn (position_rows)
+    Positions positions = Positions::sinusoidal;  // which table: sinusoidal, learned, none (the rest: chapter 04)
 
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
         : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
-          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions),
-          random_rows(draws_position_rows(c.positions)) {
+          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
         xavier_init(table.value, rng);
         if (position_table() == &learned.value) {  // learned positions: a table of their own, drawn here
             learned = Param(c.max_len, c.d_model);
@@ -255,8 +242,8 @@ struct SavedAttention {  // what one head of one sequence saved for its backward
     Matrix Q, K, V;          // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;                // the attention weights (T, S); row i says where query i looked
     Matrix P_dropped, keep;  // attention dropout only: dropout(P) (T, S), which meets V, and its factors
-    Matrix O;                // attention in tiles only (its section, below): the output (T, d_k) and, a query row
-    std::vector<double> L;   // each, L = m + log l (T); no P
+    Matrix O;                          // attention in tiles only (chapter 07): the output (T, d_k) and, a query
+    std::vector<double> log_sum_exp;   // row each, m + log l (T); no P
 };
 
 // A blocked score becomes -1e9, a large negative number, never -inf or NaN: after the row max
@@ -319,17 +306,16 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 // Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N
 // query heads (N = 1: multi-query attention), so W_k and W_v, and the decoding cache, are N / n_heads the size.
 struct MultiHeadAttention {
-    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
+    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads (the paper: n_heads)
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
-    bool rotary = false;                // --pos rope, self-attention: Q and K turned by position
-    std::vector<double> alibi_slopes;   // --pos alibi, self-attention: head h's slope; else empty
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
-    bool tiled = false;                 // --attention flash, in training (Transformer::train): in tiles, no P
-    Mask seen;                          // in tiles: the mask forward was given, which backward asks again
-    double tile_p = 0.0;                // in tiles: this forward's attention dropout (0: none; kept for backward,
-    uint64_t tile_seed = 0;             // when dropout_draws is off again) and its one draw (TileDropout)
+    // The later chapters', off in the paper's model: Q and K turned by position (rotary), each head's ALiBi slope
+    // (empty: none; both chapter 04, self-attention only), and attention in tiles, in training (chapter 07).
+    bool rotary = false;
+    std::vector<double> alibi_slopes;
+    InTiles tiles;
 
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
@@ -355,39 +341,30 @@ struct MultiHeadAttention {
                       W_v.forward(x_kv), mask, n_seq);
     }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o.
-    // (Decoding has its own, attend_kept, at the end of the file.)
+    // (Decoding has its own, attend_kept: chapter 09.)
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
-        const bool dropping = dropout_draws && attn_dropout > 0.0;
-        if (tiled) {  // in tiles: the mask kept as a rule, and one draw for the dropout's counters
-            seen = mask;
-            tile_p = dropping ? attn_dropout : 0.0;
-            tile_seed = dropping ? dropout_draws->next() : 0;
-        }
+        if (tiles.on) tiles.start(mask, attn_dropout, dropout_draws);
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
         // attention dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
-        const bool in_turn = dropping && !tiled;
+        const bool in_turn = dropout_draws && attn_dropout > 0.0 && !tiles.on;
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
-            Matrix mask_e = tiled ? Matrix() : mask.of_sequence(e, T, S);  // (T, S); in tiles, none
+            Matrix mask_e = tiles.on ? Matrix() : mask.of_sequence(e, T, S);  // (T, S); in tiles, none
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 const double slope = alibi_slopes.empty() ? 0.0 : alibi_slopes[h];
                 Matrix q = take_block(Q, e * T, T, col, d_k), k = take_block(K, e * S, S, kv_col, d_k),
                        v = take_block(V, e * S, S, kv_col, d_k);
-                Matrix O_h = tiled ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e,
-                                                     saved[e * n_heads + h], tile_dropout(e, h, T, S), slope)
-                                   : attention(std::move(q), std::move(k), std::move(v), mask_e, saved[e * n_heads + h],
-                                               attn_dropout, dropout_draws, slope);
+                Matrix O_h = tiles.on ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e,
+                                                        saved[e * n_heads + h], tiles.dropout(e, h, n_heads, T, S), slope)
+                                      : attention(std::move(q), std::move(k), std::move(v), mask_e, saved[e * n_heads + h],
+                                                  attn_dropout, dropout_draws, slope);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         });
         return W_o.forward(joined);
-    }
-    // In tiles, head h of sequence e's dropout: its weights' draws numbered from ((e n_heads + h) T) S on.
-    TileDropout tile_dropout(int e, int h, int T, int S) const {
-        return {tile_p, tile_seed, (uint64_t(e) * n_heads + h) * uint64_t(T) * uint64_t(S), S};
     }
     // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
     // (n_seq S, d_model), caller-zeroed.
@@ -395,7 +372,7 @@ struct MultiHeadAttention {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         int group = n_heads / kv_heads;
-        const bool in_tiles = !saved[0].L.empty();  // the forward ran in tiles: it saved L, not P
+        const bool in_tiles = !saved[0].log_sum_exp.empty();  // the forward ran in tiles: no P
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
         // exercise heads: begin (uses d_xq d_xkv group in_tiles)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
@@ -404,9 +381,9 @@ struct MultiHeadAttention {
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = attention(...) (or flash_attention); add_into_block(O_h, e * T, col, joined)
                 if (in_tiles)
-                    flash_attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], seen, e,
-                                             tile_dropout(e, h, T, S), alibi_slopes.empty() ? 0.0 : alibi_slopes[h],
-                                             dQ_h, dK_h, dV_h);
+                    flash_attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h],
+                                             tiles.seen, e, tiles.dropout(e, h, n_heads, T, S),
+                                             alibi_slopes.empty() ? 0.0 : alibi_slopes[h], dQ_h, dK_h, dV_h);
                 else
                     attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], dQ_h, dK_h,
                                        dV_h);
@@ -538,34 +515,17 @@ struct FeedForward {
     }
 };
 
-// RMSNorm, GELU and SwiGLU, which Norm and FeedForwardBlock may hold: a later chapter.
+// RMSNorm, GELU and SwiGLU, which Norm and FeedForwardBlock may hold: a later chapter, with OneOf, which holds one.
 #include "chapters/03_todays_blocks.hpp"
 
 // ---------------------------------------------------------------------------------------------
-// Which norm and which feed-forward a model uses, chosen once, when it is built. A first reading may take Norm as
-// LayerNorm and FeedForwardBlock as FeedForward, as the default builds them. OneOf<A, B> holds an A or a B (a
-// std::variant), and forward, backward and list_parameters reach the one it holds (std::visit calls the lambda with
-// it): the blocks read as if there were one kind, and a new kind is one more name in the list.
-template <class... Kinds>
-struct OneOf {
-    std::variant<Kinds...> block;
-    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
-    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
-    void list_parameters(const std::string& name, ParamList& list) {
-        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
-    }
-    // What the block held calls itself (a norm: "LayerNorm", "LN"), for --params and --trace-shapes.
-    std::string kind() const { return std::visit([](const auto& b) { return std::string(b.name); }, block); }
-    std::string short_kind() const {
-        return std::visit([](const auto& b) { return std::string(b.short_name); }, block);
-    }
-};
-using Norm = OneOf<LayerNorm, RMSNorm>;
+// Which norm and which feed-forward a model uses, chosen once, when it is built: a Norm holds the paper's LayerNorm
+// or chapter 03's RMSNorm, a FeedForwardBlock the paper's FeedForward or chapter 03's SwiGLU. A first reading takes
+// them as LayerNorm and FeedForward: forward, backward and list_parameters reach the one held (OneOf, chapter 03).
 inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
     if (c.rms_norm) return {RMSNorm(c.d_model)};
     return {LayerNorm(c.d_model)};
 }
-using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
 inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
     switch (c.activation) {
@@ -686,7 +646,7 @@ struct DecoderBlock {
         self_attn.dropout_draws = cross_attn.dropout_draws = stream;
     }
 
-    // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, at the end of the file.)
+    // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, chapter 09.)
     Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
@@ -743,8 +703,8 @@ struct Transformer {
         const bool tiled = on && attends_in_tiles(config.attention);  // --attention flash: in training only
         for (EncoderBlock& block : encoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
         for (DecoderBlock& block : decoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
-        for (EncoderBlock& block : encoder) block.self_attn.tiled = tiled;
-        for (DecoderBlock& block : decoder) block.self_attn.tiled = block.cross_attn.tiled = tiled;
+        for (EncoderBlock& block : encoder) block.self_attn.tiles.on = tiled;
+        for (DecoderBlock& block : decoder) block.self_attn.tiles.on = block.cross_attn.tiles.on = tiled;
     }
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
 
@@ -760,7 +720,17 @@ struct Transformer {
         dropout_draws = Rng(rng.next());
     }
 
-    Batch rows_for(const Batch& srcs, int L);  // each source's L position rows: 0 .. L-1 (random: section below)
+    // Each source's L position rows: 0 .. L-1, or with random positions (chapter 04) drawn: in training from the
+    // model's stream, else from a stream seeded by the source itself, so one input always reads the same rows.
+    Batch rows_for(const Batch& srcs, int L) {
+        Batch rows;
+        for (const std::vector<int>& src : srcs) {
+            Rng own(hash_of(src));
+            rows.push_back(position_rows(L, config.max_len, draws_position_rows(config.positions),
+                                         training ? position_draws : own));
+        }
+        return rows;
+    }
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
         int S = int(srcs[0].size());
@@ -771,7 +741,11 @@ struct Transformer {
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
-    int target_row(const std::vector<int>& rows_of_source, int t) const;  // decoder token t's row: t (random: below)
+    // Decoder token t reads row t; with random positions, the row its source's token t read (every task's output is
+    // as long as its input), so both sides share one draw. (Decoder-only: t counts from the sequence's start.)
+    int target_row(const std::vector<int>& rows_of_source, int t) const {
+        return draws_position_rows(config.positions) ? rows_of_source.at(t) : t;
+    }
     // The logits for the next token at every position of the targets (teacher forcing). The sources' PADs
     // are hidden from cross-attention.
     Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
@@ -787,14 +761,26 @@ struct Transformer {
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
-    // The output projection: logits = h W + b, h (n_seq T, d_model) -> (n_seq T, vocab), and back: dh.
-    Matrix output(const Matrix& h) { return config.tie_embeddings ? tied_output(h) : out.forward(h); }
-    Matrix output_backward(const Matrix& d_logits) {
-        return config.tie_embeddings ? tied_output_backward(d_logits) : out.backward(d_logits);
+    // The output projection: logits = h W + b, h (n_seq T, d_model) -> (n_seq T, vocab), and back: dh. With tied
+    // embeddings (the paper, 3.4) W is the embedding table transposed: one matrix reads a token in and scores it out,
+    // and its gradient is the sum of three uses'.
+    Matrix output(const Matrix& h) {
+        if (!config.tie_embeddings) return out.forward(h);
+        out.x = h;  // saved for the backward, as Linear::forward saves it
+        const Param& table = embed.table;  // in 8 bits (chapter 08): the table's integers, row by row
+        Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value)
+                                                : quantized_product_fast(h, table.quantized[0]);
+        return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
     }
-    Matrix tied_output(const Matrix& h);  // tied embeddings (the paper, 3.4): their section, below
-    Matrix tied_output_backward(const Matrix& d_logits);
-    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: its section, below
+    Matrix output_backward(const Matrix& d_logits) {
+        if (!config.tie_embeddings) return out.backward(d_logits);
+        if (!out.b.value.empty()) add_row_backward(d_logits, out.b.grad);  // forward: + b
+        Matrix dh(out.x.rows, out.x.cols);
+        // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
+        matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
+        return dh;
+    }
+    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: chapter 05
     void read_whole_backward(const Matrix& d_answer);
     Matrix forward(const Batch& srcs, const Batch& tgts_in) {
         switch (config.arch) {
@@ -848,41 +834,6 @@ struct Transformer {
     }
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
-
-// ---------------------------------------------------------------------------------------------
-// The Transformer's position rows: 0, 1, ..., L-1 for every input, unless positions are random (--pos random).
-// Each source's L position rows (random positions: drawn in training, else from the source itself).
-inline Transformer::Batch Transformer::rows_for(const Batch& srcs, int L) {
-    Batch rows;
-    for (const std::vector<int>& src : srcs) {
-        Rng own(hash_of(src));
-        rows.push_back(position_rows(L, config.max_len, embed.random_rows, training ? position_draws : own));
-    }
-    return rows;
-}
-// Decoder token t reads position row t; with random positions, the row its source's token t read (every task's
-// output is as long as its input), so both sides share one draw. (Decoder-only: t counts from the sequence's
-// start, and the rows are the whole sequence's.)
-inline int Transformer::target_row(const std::vector<int>& rows_of_source, int t) const {
-    return embed.random_rows ? rows_of_source.at(t) : t;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tied embeddings (--tie-embeddings; the paper, 3.4): the output projection's W is the embedding table transposed,
-// so one matrix reads a token in and scores it out, and its gradient is the sum of three uses'.
-inline Matrix Transformer::tied_output(const Matrix& h) {
-    out.x = h;  // saved for the backward, as Linear::forward saves it
-    const Param& table = embed.table;  // quantized (inference only): the table's integers, row by row
-    Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value) : quantized_product_fast(h, table.quantized[0]);
-    return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
-}
-inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // -> dh (n_seq T, d_model)
-    if (!out.b.value.empty()) add_row_backward(d_logits, out.b.grad);  // forward: + b
-    Matrix dh(out.x.rows, out.x.cols);
-    // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
-    matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
-    return dh;
-}
 
 // Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
 #include "chapters/05_decoder_only.hpp"

@@ -1314,7 +1314,7 @@ TEST_CASE("attention in tiles: equal to plain attention on O, L, dQ, dK, dV, eve
             flash_attention_backward(dO, tiled, mask, 0, dropped, slope, dQ, dK, dV);
             CHECK(tiled.P.empty());  // nothing of (T, S) is kept
             Matrix L_tiled(T, 1);
-            L_tiled.data = tiled.L;
+            L_tiled.data = tiled.log_sum_exp;
             CHECK(relative_gap(O_plain, O_tiled) <= SAME_WITHIN);
             CHECK(relative_gap(L_plain, L_tiled) <= SAME_WITHIN);
             CHECK(relative_gap(dQ_plain, dQ) <= SAME_WITHIN);
@@ -1366,7 +1366,7 @@ TEST_CASE("attention in tiles: multi-head attention equal to plain, with GQA, ro
         struct Result { Matrix out, dx, d_memory; std::vector<Matrix> grads; };
         auto run = [&](bool tiled) {
             MultiHeadAttention mha = first;
-            mha.tiled = tiled;
+            mha.tiles.on = tiled;
             Result r;
             r.out = mha.forward(x, v.self ? x : memory, mask, n_seq);
             r.dx = Matrix(x.rows, x.cols), r.d_memory = Matrix(memory.rows, memory.cols);
@@ -1406,7 +1406,7 @@ TEST_CASE("gradient: attention in tiles, alone and in multi-head attention") {
     MultiHeadAttention mha(c, rng, true);
     Rng stream(132);
     const Rng start = stream;
-    mha.tiled = true, mha.dropout_draws = &stream;
+    mha.tiles.on = true, mha.dropout_draws = &stream;
     Matrix x = random_matrix(2 * 6, c.d_model, rng), dx(2 * 6, c.d_model);
     const Mask mask(true, {{3, 1, PAD, 2, 2, 2}, {1, 2, 3, 4, 5, 6}});
     check_block("MHA in tiles (GQA, rotary, dropout)", with({tensor("x", x, dx)}, tensors_of(params_of(mha, "mha"))),
@@ -1446,7 +1446,7 @@ TEST_CASE("attention in tiles: the whole model's gradient equals plain attention
             INFO(ARCH_NAMES[int(arch)] << ": " << a[k].first);
             CHECK(relative_gap(a[k].second->grad, b[k].second->grad) <= SAME_WITHIN);
         }
-        for (const DecoderBlock& block : tiled.decoder) CHECK(!block.self_attn.tiled);  // outside training: plain
+        for (const DecoderBlock& block : tiled.decoder) CHECK(!block.self_attn.tiles.on);  // outside training: plain
     }
 }
 

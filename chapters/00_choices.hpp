@@ -1,13 +1,27 @@
-// chapters/00_choices.hpp -- how the later chapters plug into the first part: the questions asked of a choice.
+// chapters/00_choices.hpp -- the choices a model is built with, and how the later chapters plug into the first part.
 //
-// Each chapter adds a value to one of ModelConfig's choices (model.hpp): rotary or ALiBi positions, decoder-only,
-// attention in tiles. The first part never tests a value; it asks a question, answered here once by a switch that
-// names every value, so the compiler asks each question of a new value (-Wswitch). The blocks ask them where they
-// are built; the program (workbench/) asks them too, and those only it asks are in workbench/settings.hpp: nothing
-// else tests a choice.
+// Each choice is an enum with its names beside it. The paper's values come first (pre- or post-norm; sinusoidal,
+// learned or no positions; ReLU); each later chapter adds values: random, rotary and ALiBi positions (04), GELU and
+// SwiGLU (03), decoder-only (05), attention in tiles (07). The first part never tests a value: it asks a question,
+// answered here once by a switch that names every value, so the compiler asks each question of a new value
+// (-Wswitch). The program (workbench/) asks them too; those only it asks are in workbench/settings.hpp.
 #pragma once
 
-#include "../model.hpp"  // ModelConfig (this file is read where model.hpp includes it)
+#include <string>
+#include <vector>
+
+// The choices, each with its names as the flags and the checkpoint file spell them, in the enum's order.
+enum class NormPlace { pre, post };  // where a sublayer's norm goes
+enum class Positions { sinusoidal, learned, none, random, rope, alibi };  // how a token's place is known: a table
+                                                                          // the embeddings add, none, or in attention
+enum class Activation { relu, gelu, swiglu };
+enum class Arch { encoder_decoder, decoder_only };
+enum class Attention { plain, flash };  // how training computes attention: the weights whole, or in tiles
+const std::vector<std::string> NORM_PLACE_NAMES = {"pre", "post"};
+const std::vector<std::string> POSITION_NAMES = {"sinusoidal", "learned", "none", "random", "rope", "alibi"};
+const std::vector<std::string> ACTIVATION_NAMES = {"relu", "gelu", "swiglu"};
+const std::vector<std::string> ARCH_NAMES = {"encoder-decoder", "decoder-only"};
+const std::vector<std::string> ATTENTION_NAMES = {"plain", "flash"};
 
 // Whether the model has an encoder, whose output (the memory) each decoder block reads by cross-attention. Without
 // one (decoder-only), the decoder reads the source itself: source, START and answer as one sequence.
@@ -17,15 +31,6 @@ inline bool has_encoder(Arch arch) {
     case Arch::decoder_only: return false;
     }
     return true;  // not reached
-}
-// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
-// as one sequence, twice as long (every task's answer is as long as its input).
-inline int positions_read(const ModelConfig& c, int length) {
-    switch (c.arch) {
-    case Arch::encoder_decoder: return length;
-    case Arch::decoder_only: return 2 * length;
-    }
-    return length;  // not reached
 }
 // Whether self-attention turns each head's queries and keys by position, in pairs of columns (rotary).
 inline bool turns_queries_and_keys(Positions positions) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "../model.hpp"  // Linear, ParamList (this file is read where model.hpp includes it)
@@ -150,3 +151,24 @@ struct SwiGLU {
         // exercise swiglu: end
     }
 };
+
+// ---------------------------------------------------------------------------------------------
+// OneOf<A, B> holds an A or a B (a std::variant), and forward, backward and list_parameters reach the one it holds
+// (std::visit calls the lambda with it): the blocks read as if there were one kind, and a new kind is one more name in
+// the list. model.hpp's norm_of and feed_forward_of choose, once, when a model is built.
+template <class... Kinds>
+struct OneOf {
+    std::variant<Kinds...> block;
+    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
+    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
+    void list_parameters(const std::string& name, ParamList& list) {
+        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
+    }
+    // What the block held calls itself (a norm: "LayerNorm", "LN"), for --params and --trace-shapes.
+    std::string kind() const { return std::visit([](const auto& b) { return std::string(b.name); }, block); }
+    std::string short_kind() const {
+        return std::visit([](const auto& b) { return std::string(b.short_name); }, block);
+    }
+};
+using Norm = OneOf<LayerNorm, RMSNorm>;
+using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;

@@ -10,6 +10,16 @@
 
 #include "../model.hpp"  // Transformer (this file is read where model.hpp includes it)
 
+// The positions one input of `length` tokens reads: a decoder-only model reads its source, START and the answer
+// as one sequence, twice as long (every task's answer is as long as its input).
+inline int positions_read(const ModelConfig& c, int length) {
+    switch (c.arch) {
+    case Arch::encoder_decoder: return length;
+    case Arch::decoder_only: return 2 * length;
+    }
+    return length;  // not reached
+}
+
 // Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
 // without cross-attention (`cross` false) reads each source, START and the answer so far as one sequence of
 // L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the

@@ -17,15 +17,15 @@
 // every head of every sequence of every layer (at T = S = 1024, 8 sequences, 4 heads, 2 layers: 512 MB). Here the
 // queries go a tile of FLASH_QUERIES rows at a time, and each walks the keys a tile of FLASH_KEYS at a time,
 // keeping for each query row its running max m, running sum l and output so far, unnormalised (the online
-// softmax). Only O and one number a row, L = m + log l, are saved; the backward makes each tile of P again
-// from Q, K and L, since exp(score - L) = exp(score - m) / l is the weight itself.
+// softmax). Only O and one number a row, log_sum_exp = m + log l, are saved; the backward makes each tile of P again
+// from Q, K and it, since exp(score - log_sum_exp) = exp(score - m) / l is the weight itself.
 // It lives here, a section a first reading skips: the math is attention()'s, and this is how to compute it in
 // less memory; the forward and backward stand side by side, each line of the backward naming the forward's it
 // undoes. Masks are asked of the rule tile by tile (Mask::sees); a tile every one of whose keys is hidden from
 // every one of its queries is skipped (half the tiles, under the causal mask), unless one of its query rows sees
 // no key at all: attention() gives such a row equal weights on every key (all its scores are MASKED), and so
 // does this, by walking all of that row's tiles, its keys scored 0 rather than MASKED (the same equal weights,
-// and L = log S keeps its digits, where MASKED + log S would round away the last 1e-7 of them).
+// and log_sum_exp = log S keeps its digits, where MASKED + log S would round away the last 1e-7 of them).
 //
 // Tile sizes: a tile's working set is its queries' rows (FLASH_QUERIES x d_k), its keys' and values' rows
 // (2 FLASH_KEYS x d_k), and its scores (FLASH_QUERIES x FLASH_KEYS), all doubles; it should fit the core's first
@@ -136,13 +136,13 @@ inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int
 }
 
 // attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
-// Saves Q, K, V, O and L; no P.
+// Saves Q, K, V, O and log_sum_exp; no P.
 inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
                               const TileDropout& dropped, double alibi_slope = 0.0) {
     const int T = Q.rows, S = K.rows, d_k = Q.cols;
     const Matrix Kt = transpose(K);  // (d_k, S)
     Matrix O(T, d_k);                // row i: query i's output so far, unnormalised (divided by l at the end)
-    std::vector<double> L(T), s(FLASH_QUERIES * FLASH_KEYS), m(FLASH_QUERIES), l(FLASH_QUERIES);
+    std::vector<double> log_sum_exp(T), s(FLASH_QUERIES * FLASH_KEYS), m(FLASH_QUERIES), l(FLASH_QUERIES);
     for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) {  // a tile of queries: i0 .. i1-1
         const int i1 = std::min(T, i0 + FLASH_QUERIES);
         const std::vector<char> blind = rows_seeing_nothing(mask, e, T, S, i0, i1);
@@ -171,10 +171,10 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
         }
         for (int r = 0; r < i1 - i0; r++) {
             for (int p = 0; p < d_k; p++) O.at(i0 + r, p) /= l[r];  // O = (sum of exp(score - m) v) / l
-            L[i0 + r] = m[r] + maths::log(l[r]);                      // L = m + log l: log of softmax's bottom
+            log_sum_exp[i0 + r] = m[r] + maths::log(l[r]);            // m + log l: log of softmax's bottom
         }
     }
-    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(L)};
+    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(log_sum_exp)};
     return O;
 }
 // Undo flash_attention, tile by tile, as FlashAttention-2 does: the keys' tiles outside (each tile's dK, dV sum
@@ -210,7 +210,7 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
             for (int r = 0; r < i1 - i0; r++) {
                 const int i = i0 + r;
                 double* row = &s[std::size_t(r) * FLASH_KEYS];
-                for (int col = 0; col < w; col++) row[col] = maths::exp(row[col] - c.L[i]);  // forward: weight / l
+                for (int col = 0; col < w; col++) row[col] = maths::exp(row[col] - c.log_sum_exp[i]);  // forward: weight / l
                 double dP[FLASH_KEYS];                                                      //  = exp(score - m) / l
                 // forward: o += (weight keep) v, so dP_ij = keep_ij (dO_i . v_j)             (dP = dO V^T)
                 row_times(&dO.data[std::size_t(i) * d_k], Vt, j0, w, dP);
@@ -239,3 +239,23 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
         }
     }
 }
+
+// What MultiHeadAttention keeps to attend in tiles: whether it does (Transformer::train turns it on in training), and
+// what its backward asks again: the mask forward was given, and that forward's attention dropout (p 0: none; kept for
+// the backward, when the model's stream is off again) with its one draw, for the dropout's counters.
+struct InTiles {
+    bool on = false;
+    Mask seen;
+    double p = 0.0;
+    uint64_t seed = 0;
+    void start(const Mask& mask, double attn_dropout, Rng* dropout_draws) {  // at each forward in tiles
+        const bool dropping = dropout_draws && attn_dropout > 0.0;
+        seen = mask;
+        p = dropping ? attn_dropout : 0.0;
+        seed = dropping ? dropout_draws->next() : 0;
+    }
+    // Head h of sequence e's dropout: its weights' draws numbered from ((e n_heads + h) T) S on.
+    TileDropout dropout(int e, int h, int n_heads, int T, int S) const {
+        return {p, seed, (uint64_t(e) * n_heads + h) * uint64_t(T) * uint64_t(S), S};
+    }
+};
