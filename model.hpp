@@ -886,3 +886,5 @@ inline Matrix Transformer::tied_output_backward(const Matrix& d_logits) {  // ->
 
 // Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
 #include "chapters/05_decoder_only.hpp"
+// A Llama layer read top to bottom in one place, forward then backward, tested equal to DecoderBlock: a later chapter.
+#include "chapters/06_llama_layer.hpp"
