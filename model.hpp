@@ -837,3 +837,5 @@ struct Transformer {
 
 // Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
 #include "chapters/05_decoder_only.hpp"
+// A Llama layer read top to bottom in one place, forward then backward, tested equal to DecoderBlock: a later chapter.
+#include "chapters/06_llama_layer.hpp"
