@@ -1,14 +1,10 @@
 // model.hpp -- the blocks of an encoder-decoder Transformer, each forward beside its backward.
 //
-// Read after matrix.hpp. Every block is a struct that owns its parameters (Param: value + grad), lists them by
-// name (list_parameters) and keeps what its forward saved; backward(d_out) reads that, adds (+=) into its
-// parameters' grads and returns the gradient for its input (a block with two inputs, attention's queries and
-// memory, adds into gradients the caller zeroed; Embedding's input, token ids, has none). n_seq sequences run as
-// one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
-//
+// Read after matrix.hpp. A block owns its parameters (Param), lists them by name and keeps what its forward saved;
+// backward(d_out) reads that, adds (+=) into its parameters' grads and returns its input's gradient. n_seq sequences
+// run as one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
 // The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps inside the
-// square root, a final LayerNorm before the output projection. Each choice (ModelConfig, the paper's by default) is
-// decided where the block it changes is built. The later chapters (chapters/) plug in where this file includes them.
+// square root, a final LayerNorm before the output projection. The later chapters plug in where this file includes them.
 #pragma once
 
 #include <string>
@@ -17,6 +13,7 @@
 
 #include "engine/kernels.hpp"  // matmul_fast and the rest: matrix.hpp's products, faster (beneath the tutorial)
 #include "matrix.hpp"
+#include "chapters/02_dropout.hpp"  // dropout(x), off by default: a first reading takes it as x
 
 // The choices a model is built with (ModelConfig's), each enum with its names as the flags and the checkpoint file
 // spell them, and the questions the blocks ask of them, each answered once.
@@ -32,28 +29,26 @@ struct ModelConfig {
     int enc_layers = 1;
     int dec_layers = 1;
     NormPlace norm_place = NormPlace::pre;        // post: the paper's own blocks
-    Positions positions = Positions::sinusoidal;  // learned (the paper's other), none; chapter 04's random, rope, alibi
-    Activation activation = Activation::relu;     // chapter 03's gelu, swiglu
+    Positions positions = Positions::sinusoidal;  // learned (the paper's other), none; chapter 05's random, rope, alibi
+    Activation activation = Activation::relu;     // chapter 04's gelu, swiglu
     bool embed_scale = true;      // multiply embeddings by sqrt(d_model), as in the paper
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
     // The later chapters' choices, each off (the paper's) by default:
-    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (chapter 03)
+    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (chapter 04)
     bool no_bias = false;         // no bias in the feed-forward and the output projection (Llama's; attention has none)
     int kv_heads_asked = 0;       // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
     int key_value_heads() const { return kv_heads_asked > 0 ? kv_heads_asked : n_heads; }  // how many there are
-    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder (chapter 05)
-    Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers (chapter 07)
-    int bits = 0;                 // inference only: a quantized model's weight width (chapter 08); 0: float64
+    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder (chapter 06)
+    Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers (chapter 08)
+    int bits = 0;                 // inference only: a quantized model's weight width (chapter 09); 0: float64
 };
 
 // ---------------------------------------------------------------------------------------------
-// The tokens and the parameters.
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
-
-// Every learned tensor of a block with its name ("encoder.0.self_attn.W_q"), in a fixed order: the
-// optimizer, the checkpoint file and the tests all walk this one list.
+// Every learned tensor with its name ("encoder.0.self_attn.W_q"), in a fixed order: the optimizer, the checkpoint
+// file and the tests all walk this one list.
 using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
@@ -72,7 +67,7 @@ struct Linear {
         if (!b.value.empty()) list.push_back({b_name, &b});
     }
     Matrix forward(const Matrix& in) {
-        if (W.quantized.empty()) x = in;  // saved for the backward (a quantized model never trains: inference only)
+        if (W.quantized.empty()) x = in;  // saved for the backward (in 8 bits, chapter 09, a model never trains)
         Matrix y = W.quantized.empty() ? matmul_fast(in, W.value) : quantized_product_fast(in, W.quantized[0]);
         return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
@@ -86,36 +81,9 @@ struct Linear {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Dropout (--dropout, --attn-dropout; off by default: a first reading may take dropout(x) as x), inverted as
-// PyTorch's: in training each entry is zeroed with chance p and the rest are scaled by
-// 1 / (1 - p), so every entry keeps its expected value and evaluation needs nothing. keep (n, d) saves each
-// factor for backward; off (dropout_draws nullptr, as outside training, or p 0), keep is empty and x comes back.
-inline Matrix dropout(Matrix x, double p, Rng* dropout_draws, Matrix& keep) {
-    keep = dropout_draws && p > 0.0 ? Matrix(x.rows, x.cols) : Matrix();
-    if (keep.empty()) return x;
-    for (std::size_t i = 0; i < x.data.size(); i++) {
-        keep.data[i] = dropout_draws->uniform() < p ? 0.0 : 1.0 / (1.0 - p);
-        x.data[i] *= keep.data[i];
-    }
-    return x;
-}
-// exercise dropout: begin
-// forward: y = x * keep, entry by entry, so dx = dy * keep: a dropped entry passes no gradient back. dx is
-// made in dy's place (callers move dy in: nothing else reads it), so with nothing dropped nothing is copied.
-// exercise dropout: end
-inline Matrix dropout_backward(Matrix dy, const Matrix& keep) {
-    // exercise dropout: begin (uses dy keep)
-    if (!keep.empty())
-        for (std::size_t i = 0; i < dy.data.size(); i++) dy.data[i] *= keep.data[i];
-    return dy;  // now dx
-    // exercise dropout: end
-}
-
-// ---------------------------------------------------------------------------------------------
-// Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model) for n_seq sequences
-// of L tokens. One table is shared by the source and the target, so backward takes the tokens it undoes.
-// PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
-// Each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
+// Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model), n_seq sequences of
+// L tokens; one table for source and target. PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(..):
+// each pair of columns is a clock of its own speed, so every position gets a distinct pattern.
 inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model)
     Matrix pe(max_len, d_model);
     for (int pos = 0; pos < max_len; pos++)
@@ -135,7 +103,7 @@ struct Embedding {
     Param learned;    // (max_len, d_model), the learned position table: empty unless positions are learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
-    Positions positions = Positions::sinusoidal;  // which table: sinusoidal, learned, none (the rest: chapter 04)
+    Positions positions = Positions::sinusoidal;  // which table: sinusoidal, learned, none (the rest: chapter 05)
 
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
@@ -160,8 +128,7 @@ struct Embedding {
         }
         return nullptr;  // not reached
     }
-    // tokens, rows: (n_seq L), n_seq sequences one after another; token t reads row rows[t] of the position
-    // table pos (max_len, d_model). Returns X (n_seq L, d_model).
+    // tokens, rows: (n_seq L); token t reads row rows[t] of the position table pos (max_len, d_model).
     Matrix forward(const std::vector<int>& tokens, const std::vector<int>& rows) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
@@ -189,30 +156,11 @@ struct Embedding {
 
 // ---------------------------------------------------------------------------------------------
 // Scaled dot-product attention  O = softmax(masked(Q K^T / sqrt(d_k))) V, one head of one sequence.
-//   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k).
-// mask (T, S): 1 = may attend, 0 = may not; an empty mask allows everything. attention() REPLACES
-// each blocked score with -1e9 (the paper writes it as adding -inf; the effect is the same).
-// Causal mask (T, T): position t sees positions 0..t and nothing after, so a decoder trained with
-// teacher forcing cannot peek at the token it is asked to predict.
-inline Matrix causal_mask(int T) {
-    Matrix m(T, T);
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
-    return m;
-}
-// Padding mask (n_seq rows, S), each source's rows stacked: no query looks at a PAD of its own source.
-inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& sources) {
-    Matrix m(rows * int(sources.size()), int(sources[0].size()));
-    for (int i = 0; i < m.rows; i++)
-        for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / rows][j] == PAD ? 0.0 : 1.0;
-    return m;
-}
-
-// The model's masks said as a rule, for n_seq sequences of T queries and S keys: query i of a sequence may not
-// see key j when the rule is causal and j > i, nor when j is one of its source's PADs (pad_sources[e], sequence
-// e's source, whose keys come first: the encoder's, the memory's, or a decoder-only sequence's first S). A mask
-// written out (given, (n_seq T, S): 1 = may attend), as the tests and decoding write them, is a Mask too. Plain
-// attention writes one sequence's (T, S) out at a time (of_sequence); attention in tiles asks the rule as it goes.
+//   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k). mask (T, S): 1 = may attend.
+// The model's masks as a rule, for n_seq sequences of T queries and S keys: query i may not see key j when the rule
+// is causal and j > i (so a decoder trained with teacher forcing cannot peek at the token it must predict), nor when
+// j is a PAD of its sequence's source (whose keys come first). A mask written out (given) is a Mask too.
+// attention() gets one sequence's (T, S) written out (of_sequence); attention in tiles (chapter 08) asks the rule.
 struct Mask {
     Matrix given;                               // (n_seq T, S), or empty: the rule decides
     bool causal = false;                        // the rule: a query sees no key after its own position
@@ -242,19 +190,17 @@ struct SavedAttention {  // what one head of one sequence saved for its backward
     Matrix Q, K, V;          // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;                // the attention weights (T, S); row i says where query i looked
     Matrix P_dropped, keep;  // attention dropout only: dropout(P) (T, S), which meets V, and its factors
-    Matrix O;                          // attention in tiles only (chapter 07): the output (T, d_k) and, a query
+    Matrix O;                          // attention in tiles only (chapter 08): the output (T, d_k) and, a query
     std::vector<double> log_sum_exp;   // row each, m + log l (T); no P
 };
 
-// A blocked score becomes -1e9, a large negative number, never -inf or NaN: after the row max
-// is subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
+// A blocked score is REPLACED by -1e9 (the paper adds -inf), never -inf or NaN: after the row max is
+// subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-// Q, K and V are taken by value and moved into `saved`, which backward reads: a caller's temporaries (multi-head
-// attention's slices) are kept there without being copied. Attention dropout (p, dropout_draws; in training only) drops
-// weights after the softmax: O = dropout(P) V. `saved` keeps P as it was, so the maps show the weights before dropout.
-// The scores (T, S) made weights P (T, S): ALiBi's penalty (alibi_slope above 0; its section, above), the mask, the
-// softmax. Query i is at position first_query + i (decoding's attention shares this).
+// The scores (T, S) made weights P (T, S): ALiBi's penalty (a slope above 0: chapter 05; query i at position
+// first_query + i), the mask, the softmax. attention() moves Q, K, V into `saved` for backward (no copy); attention
+// dropout (in training) gives O = dropout(P) V, and `saved` keeps P as it was: the maps show it before dropout.
 inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
     if (alibi_slope > 0.0)
         for (int i = 0; i < scores.rows; i++)
@@ -295,24 +241,23 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 }
 
 // Positions in attention (rotary, ALiBi) and attention in tiles, which MultiHeadAttention calls: later chapters.
-#include "chapters/04_positions.hpp"
-#include "chapters/07_attention_in_tiles.hpp"
+#include "chapters/05_positions.hpp"
+#include "chapters/08_attention_in_tiles.hpp"
 
 // ---------------------------------------------------------------------------------------------
-// Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join
-// the slices, project with W_o. x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output
-// (n_seq T, d_model). Self-attention: x_q = x_kv (causal: and a causal mask); cross-attention: x_q from the
-// decoder, x_kv the encoder's output (the "memory").
-// Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N
-// query heads (N = 1: multi-query attention), so W_k and W_v, and the decoding cache, are N / n_heads the size.
+// Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join the slices,
+// project with W_o. x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
+// Self-attention: x_q = x_kv; cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
+// Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N query
+// heads, so W_k and W_v, and the decoding cache, are N / n_heads the size (the paper: N = n_heads).
 struct MultiHeadAttention {
-    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads (the paper: n_heads)
+    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
     double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
     // The later chapters', off in the paper's model: Q and K turned by position (rotary), each head's ALiBi slope
-    // (empty: none; both chapter 04, self-attention only), and attention in tiles, in training (chapter 07).
+    // (empty: none; both chapter 05, self-attention only), and attention in tiles, in training (chapter 08).
     bool rotary = false;
     std::vector<double> alibi_slopes;
     InTiles tiles;
@@ -341,7 +286,7 @@ struct MultiHeadAttention {
                       W_v.forward(x_kv), mask, n_seq);
     }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o.
-    // (Decoding has its own, attend_kept: chapter 09.)
+    // (Decoding has its own, attend_kept: chapter 10.)
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
@@ -516,12 +461,12 @@ struct FeedForward {
 };
 
 // RMSNorm, GELU and SwiGLU, which Norm and FeedForwardBlock may hold: a later chapter, with OneOf, which holds one.
-#include "chapters/03_todays_blocks.hpp"
+#include "chapters/04_todays_blocks.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Which norm and which feed-forward a model uses, chosen once, when it is built: a Norm holds the paper's LayerNorm
-// or chapter 03's RMSNorm, a FeedForwardBlock the paper's FeedForward or chapter 03's SwiGLU. A first reading takes
-// them as LayerNorm and FeedForward: forward, backward and list_parameters reach the one held (OneOf, chapter 03).
+// or chapter 04's RMSNorm, a FeedForwardBlock the paper's FeedForward or chapter 04's SwiGLU. A first reading takes
+// them as LayerNorm and FeedForward: forward, backward and list_parameters reach the one held (OneOf, chapter 04).
 inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
     if (c.rms_norm) return {RMSNorm(c.d_model)};
     return {LayerNorm(c.d_model)};
@@ -646,7 +591,7 @@ struct DecoderBlock {
         self_attn.dropout_draws = cross_attn.dropout_draws = stream;
     }
 
-    // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, chapter 09.)
+    // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, chapter 10.)
     Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
@@ -720,7 +665,7 @@ struct Transformer {
         dropout_draws = Rng(rng.next());
     }
 
-    // Each source's L position rows: 0 .. L-1, or with random positions (chapter 04) drawn: in training from the
+    // Each source's L position rows: 0 .. L-1, or with random positions (chapter 05) drawn: in training from the
     // model's stream, else from a stream seeded by the source itself, so one input always reads the same rows.
     Batch rows_for(const Batch& srcs, int L) {
         Batch rows;
@@ -767,7 +712,7 @@ struct Transformer {
     Matrix output(const Matrix& h) {
         if (!config.tie_embeddings) return out.forward(h);
         out.x = h;  // saved for the backward, as Linear::forward saves it
-        const Param& table = embed.table;  // in 8 bits (chapter 08): the table's integers, row by row
+        const Param& table = embed.table;  // in 8 bits (chapter 09): the table's integers, row by row
         Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value)
                                                 : quantized_product_fast(h, table.quantized[0]);
         return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
@@ -780,7 +725,7 @@ struct Transformer {
         matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
         return dh;
     }
-    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: chapter 05
+    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: chapter 06
     void read_whole_backward(const Matrix& d_answer);
     Matrix forward(const Batch& srcs, const Batch& tgts_in) {
         switch (config.arch) {
@@ -836,6 +781,6 @@ struct Transformer {
 };
 
 // Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
-#include "chapters/05_decoder_only.hpp"
+#include "chapters/06_decoder_only.hpp"
 // A Llama layer read top to bottom in one place, forward then backward, tested equal to DecoderBlock: a later chapter.
-#include "chapters/06_llama_layer.hpp"
+#include "chapters/07_llama_layer.hpp"

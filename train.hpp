@@ -1,13 +1,9 @@
 // train.hpp -- data, loss, optimizers, the training step, and greedy decoding for the digit sorter.
 //
-// Read after model.hpp. An example is a source sequence of digits and the target the task asks
-// for (sorted by default). The decoder is trained with teacher forcing: it reads START followed
-// by the true target shifted right by one, and at every position predicts the next true token.
-// At test time there is no true target to read, so greedy decoding feeds back its own argmax.
-//
-// Sections: the settings; the task's wiring; examples and the Dataset; cross-entropy; optimizers (the Optimizer
-// under a rule of ~, which a first reading skips); schedules; a batch's loss, the training state and the training
-// step; greedy decoding. Legend: matrix.hpp's; here T = S = seq_len.
+// Read after model.hpp. An example is a source sequence of digits and the target the task asks for (sorted by
+// default). The decoder is trained with teacher forcing: it reads START and the true target shifted right by one, and
+// at every position predicts the next true token. At test time greedy decoding feeds back its own argmax.
+// Legend: matrix.hpp's; here T = S = seq_len.
 #pragma once
 
 #include <algorithm>
@@ -30,13 +26,11 @@ struct DataConfig {
     int max_digit = 9;  // digits are 1 .. max_digit
 };
 
-// How a run moves its weights: SGD by default (w -= lr g); momentum and Adam are a later chapter, included here.
-#include "chapters/02_optimizers.hpp"
+#include "chapters/03_optimizers.hpp"  // OptimizerKind: SGD by default; momentum and Adam, a later chapter
 enum class Schedule { constant, linear, warmup };
 const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"};
 
-// How a run trains. The defaults were chosen over seeds 1-10 (docs/flags.md, "Why these defaults"): all ten reached
-// 100% held-out and stayed (8 of 10 since matrix.hpp's own exp and log); a constant rate, or a higher one, wobbles.
+// How a run trains. The defaults were chosen over seeds 1-10: docs/flags.md, "Why these defaults", says how each holds.
 struct TrainConfig {
     long steps = 5000;
     int batch = 16;
@@ -56,16 +50,15 @@ struct TrainConfig {
 inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
 inline int start_token(int vocab) { return vocab - 1; }
 
-// The model's vocab and max_len follow from the data (max_len: the program makes it longer for --test-len,
-// and 4 times longer for random positions: options.hpp); its other sizes are free choices.
+// The model's vocab and max_len follow from the data (the program may make max_len longer: options.hpp).
 inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
     m.vocab = vocab_size(d);
     m.max_len = positions_read(m, d.seq_len);  // decoder-only: source and answer, one sequence
     return m;
 }
 
-// The decoder's input under teacher forcing: START, then the target shifted right by one (its last
-// token dropped), so that position t reads target[t - 1] and must predict target[t].
+// The decoder's input under teacher forcing: START, then the target shifted right by one (its last token dropped),
+// so that position t reads target[t - 1] and must predict target[t].
 inline std::vector<int> shifted_right(const std::vector<int>& target, int vocab) {
     std::vector<int> in = {start_token(vocab)};
     in.insert(in.end(), target.begin(), target.end() - 1);
@@ -76,8 +69,8 @@ inline std::vector<int> shifted_right(const std::vector<int>& target, int vocab)
 constexpr int HELD_OUT_SIZE = 1000;
 constexpr uint64_t HELD_OUT_SEED = 12345;
 
-// A run's seed makes the weights (Rng(seed), in Transformer) and, through this, the training
-// draws: a second stream, so that changing the model's size does not change which examples it sees.
+// A run's seed makes the weights (Rng(seed), in Transformer) and, through this, the training draws: a second
+// stream, so that changing the model's size does not change which examples it sees.
 inline Rng training_rng(uint64_t seed) { return Rng(seed ^ 0x5eedULL); }
 
 struct Example {
@@ -86,8 +79,7 @@ struct Example {
     std::vector<int> target;     // (T) what the decoder must predict, then PAD
 };
 
-// The sources and decoder inputs of examples from .. from + n - 1 (fewer at the end): n_seq x (S) and
-// n_seq x (T), as Transformer::forward takes them.
+// Examples from .. from + n - 1 (fewer at the end) as Transformer::forward takes them: n_seq x (S), n_seq x (T).
 struct Inputs { Transformer::Batch sources, targets_in; };
 inline Inputs inputs_of(const std::vector<Example>& examples, std::size_t from, std::size_t n) {
     Inputs in;
@@ -96,8 +88,8 @@ inline Inputs inputs_of(const std::vector<Example>& examples, std::size_t from, 
     return in;
 }
 
-// The digits of a source become an example: the target is the task applied to the digits,
-// padded with PAD. PAD doubles as "end of output", so a variable-length model learns to stop.
+// The digits of a source become an example: the target is the task applied to the digits, padded with PAD.
+// PAD doubles as "end of output", so a variable-length model learns to stop.
 inline Example make_example(const std::vector<int>& digits, const DataConfig& d) {
     std::vector<int> answer = digits;
     switch (d.task) {
@@ -131,9 +123,8 @@ inline double count_sources(const DataConfig& d) {
     return total;
 }
 
-// The data: a held-out set that training never sees, and a sampler of training examples.
-// Disjoint by construction: the held-out sources are drawn first (distinct, from their own seed)
-// and kept in a set; the training sampler throws away any draw found in that set.
+// The data: a held-out set that training never sees, and a sampler of training examples. Disjoint by construction:
+// the held-out sources are drawn first (distinct, from their own seed); the sampler throws away any draw among them.
 struct Dataset {
     DataConfig config;
     std::set<std::vector<int>> held_out_sources;
@@ -214,7 +205,7 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 // ---------------------------------------------------------------------------------------------
 // Optimizers: how one step moves every parameter w, given its gradient g (the batch mean) and the rate lr. SGD:
 //   w -= lr g
-// Optimizer::update (chapters/02_optimizers.hpp) runs that line, or momentum or Adam.
+// Optimizer::update (chapters/03_optimizers.hpp) runs that line, or momentum or Adam.
 
 // ---------------------------------------------------------------------------------------------
 // Learning-rate schedules: the rate of step t (1 .. total) for the base rate lr.
@@ -294,7 +285,7 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
 }
 
 // Decoding with a cache (DecodingCache, start_decoding, newest_logits): a later chapter.
-#include "chapters/09_decoding.hpp"
+#include "chapters/10_decoding.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Greedy decoding: read the sources once (encode them, or run them through a decoder-only stack), then grow

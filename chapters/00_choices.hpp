@@ -1,8 +1,8 @@
 // chapters/00_choices.hpp -- the choices a model is built with, and how the later chapters plug into the first part.
 //
 // Each choice is an enum with its names beside it. The paper's values come first (pre- or post-norm; sinusoidal,
-// learned or no positions; ReLU); each later chapter adds values: random, rotary and ALiBi positions (04), GELU and
-// SwiGLU (03), decoder-only (05), attention in tiles (07). The first part never tests a value: it asks a question,
+// learned or no positions; ReLU); each later chapter adds values: random, rotary and ALiBi positions (05), GELU and
+// SwiGLU (04), decoder-only (06), attention in tiles (08). The first part never tests a value: it asks a question,
 // answered here once by a switch that names every value, so the compiler asks each question of a new value
 // (-Wswitch). The program (workbench/) asks them too; those only it asks are in workbench/settings.hpp.
 #pragma once

@@ -180,7 +180,7 @@ inline double cos(double x) {
 }  // namespace maths
 
 // ---------------------------------------------------------------------------------------------
-// erf, for GELU (chapters/03_todays_blocks.hpp), written out rather than std::erf: glibc's ARM64 build and its x86-64
+// erf, for GELU (chapters/04_todays_blocks.hpp), written out rather than std::erf: glibc's ARM64 build and its x86-64
 // build differ in its last bit.
 //
 // error_function(x) sums a Taylor polynomial around the nearest of the centers c = 0, 1/8, 2/8, ..., 6:

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../matrix.hpp"
-#include "../chapters/08_eight_bits.hpp"  // Quantized, which the integer product reads
+#include "../chapters/09_eight_bits.hpp"  // Quantized, which the integer product reads
 #include "threads.hpp"  // Threads, the pool the products run on
 
 // Every entry of a product is one chain of additions, summed in order; splitting it across vector

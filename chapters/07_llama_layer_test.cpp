@@ -1,4 +1,4 @@
-// chapters/06_llama_layer_test.cpp -- the Llama layer in one place (06_llama_layer.hpp) against the model's own
+// chapters/07_llama_layer_test.cpp -- the Llama layer in one place (06_llama_layer.hpp) against the model's own
 // DecoderBlock, built by --llama's recipe: the same outputs, input gradient and parameter gradients, bit for bit.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// chapters/05_decoder_only.hpp -- one causal stack, GPT's shape (--arch decoder-only).
+// chapters/06_decoder_only.hpp -- one causal stack, GPT's shape (--arch decoder-only).
 //
 // What it adds: a model without an encoder. What it changes in the first part: DecoderBlock is built without
 // cross-attention (`cross` false, has_encoder), and Transformer::forward and backward call read_whole and

@@ -1,4 +1,4 @@
-// chapters/03_todays_blocks.hpp -- today's blocks in the paper's places: RMSNorm for LayerNorm, GELU for ReLU,
+// chapters/04_todays_blocks.hpp -- today's blocks in the paper's places: RMSNorm for LayerNorm, GELU for ReLU,
 // SwiGLU for the two-layer feed-forward.
 //
 // What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and

@@ -1,4 +1,4 @@
-// chapters/08_eight_bits.hpp -- the model in 8 bits (and fewer): weights as small integers, products in integers.
+// chapters/09_eight_bits.hpp -- the model in 8 bits (and fewer): weights as small integers, products in integers.
 //
 // What it adds: --quantize BITS (workbench/quantize.hpp) keeps a trained model's matrices as whole numbers of BITS
 // bits, one scale for each group of consecutive weights, and computes its products in integers (llama2.c's runq.c;

@@ -1,12 +1,12 @@
-// chapters/06_llama_layer.hpp -- one Llama layer, read top to bottom in one place: forward, then backward.
+// chapters/07_llama_layer.hpp -- one Llama layer, read top to bottom in one place: forward, then backward.
 //
 // What it adds: the layer --llama builds (decoder-only, RMSNorm, rotary positions, grouped-query attention, SwiGLU,
 // no biases), written as one function in the order llama2.c's run.c forward takes (Karpathy 2023, after Touvron et
 // al. 2023's Llama 2), then its backward as the mirror, each step quoting the line it undoes. The model runs the same
-// layer through DecoderBlock, Sublayer, MultiHeadAttention, RMSNorm and SwiGLU (model.hpp, chapters 3 to 5); this
+// layer through DecoderBlock, Sublayer, MultiHeadAttention, RMSNorm and SwiGLU (model.hpp, chapters 4 to 6); this
 // chapter reads one DecoderBlock's weights and calls the same primitives in the same order, so
-// 06_llama_layer_test.cpp finds every output and every gradient equal to the model's, bit for bit. What it changes in
-// the first part: nothing. Out of scope here: dropout and attention in tiles (chapter 7); decoding's cache (chapter 9).
+// 07_llama_layer_test.cpp finds every output and every gradient equal to the model's, bit for bit. What it changes in
+// the first part: nothing. Out of scope here: dropout and attention in tiles (chapter 8); decoding's cache (chapter 10).
 #pragma once
 
 #include <cmath>
@@ -41,7 +41,7 @@ inline Matrix llama_rmsnorm(const Matrix& x, const Param& gamma, std::vector<dou
     }
     return y;
 }
-// forward: y = gamma * x_hat, x_hat = x * rstd   so   d_gamma += dy * x_hat, d_x_hat = dy * gamma, and (chapter 3)
+// forward: y = gamma * x_hat, x_hat = x * rstd   so   d_gamma += dy * x_hat, d_x_hat = dy * gamma, and (chapter 4)
 //          dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat)): LayerNorm's backward with its mean fixed at 0
 inline Matrix llama_rmsnorm_backward(const Matrix& dy, const Matrix& x, Param& gamma, const std::vector<double>& rstd) {
     Matrix dx(x.rows, x.cols);
@@ -71,7 +71,7 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
     s.Q = matmul_fast(s.xb, attn.W_q.W.value);  // (n_seq L, n_heads d_k)
     s.K = matmul_fast(s.xb, attn.W_k.W.value);  // (n_seq L, kv_heads d_k)
     s.V = matmul_fast(s.xb, attn.W_v.W.value);  // (n_seq L, kv_heads d_k)
-    // RoPE: in every head, pair (2i, 2i+1) of q and k turned by the angle pos / 10000^(2i / d_k) (chapter 4)
+    // RoPE: in every head, pair (2i, 2i+1) of q and k turned by the angle pos / 10000^(2i / d_k) (chapter 5)
     s.Q = rotate_pairs(std::move(s.Q), L, 0, d_k);
     s.K = rotate_pairs(std::move(s.K), L, 0, d_k);
     // multihead attention: every sequence e, every head h

@@ -1,4 +1,4 @@
-// chapters/07_attention_in_tiles.hpp -- attention computed tile by tile (--attention flash; FlashAttention-2).
+// chapters/08_attention_in_tiles.hpp -- attention computed tile by tile (--attention flash; FlashAttention-2).
 //
 // What it adds: the same attention as model.hpp's attention(), within rounding, in memory that grows with T, not
 // T x S. What it changes in the first part: MultiHeadAttention::attend calls flash_attention when it was told to

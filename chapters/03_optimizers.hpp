@@ -1,4 +1,4 @@
-// chapters/02_optimizers.hpp -- beyond plain SGD: momentum and Adam, gradient clipping and weight decay.
+// chapters/03_optimizers.hpp -- beyond plain SGD: momentum and Adam, gradient clipping and weight decay.
 //
 // What it adds: --optimizer momentum and adam (the paper trained with Adam), --clip and --weight-decay. What it
 // changes in the first part: TrainState keeps an Optimizer, whose update is SGD's one line (w -= lr g) by default.

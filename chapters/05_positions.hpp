@@ -1,4 +1,4 @@
-// chapters/04_positions.hpp -- positions beyond the sinusoidal table: drawn at random, turned (rotary), or a penalty
+// chapters/05_positions.hpp -- positions beyond the sinusoidal table: drawn at random, turned (rotary), or a penalty
 // on distance (ALiBi).
 //
 // What it adds: --pos random (Ruoss et al. 2023), --pos rope (Su et al. 2021, RoFormer) and --pos alibi (Press et

@@ -1,4 +1,4 @@
-// chapters/09_decoding.hpp -- decoding with a cache: each new token runs alone through the decoder.
+// chapters/10_decoding.hpp -- decoding with a cache: each new token runs alone through the decoder.
 //
 // What it adds: greedy decoding (train.hpp) and beam search (workbench/beam.hpp) at the cost of one row a step, not
 // the whole prefix. What it changes in the first part: nothing; it reads the blocks' weights and calls their parts.
@@ -7,6 +7,21 @@
 #include <vector>
 
 #include "../model.hpp"
+
+// The masks written out, as decoding (and the tests) take them, 1 = may attend: the causal mask (T, T), and the padding
+// mask (n_seq rows, S), each source's rows stacked (the rule Mask says, model.hpp, written out).
+inline Matrix causal_mask(int T) {
+    Matrix m(T, T);
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
+    return m;
+}
+inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& sources) {
+    Matrix m(rows * int(sources.size()), int(sources[0].size()));
+    for (int i = 0; i < m.rows; i++)
+        for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / rows][j] == PAD ? 0.0 : 1.0;
+    return m;
+}
 
 // Decoding with a cache (inference only: greedy decoding, train.hpp; beam search).
 // Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
