@@ -28,10 +28,8 @@
 struct Matrix {
     int rows = 0, cols = 0;
     std::vector<double> data;  // (rows * cols), row r starts at data[r * cols]
-
     Matrix() = default;
     Matrix(int r, int c, double fill = 0.0) : rows(r), cols(c), data(std::size_t(r) * c, fill) {}
-
     double& at(int r, int c) { return data[std::size_t(r) * cols + c]; }
     double at(int r, int c) const { return data[std::size_t(r) * cols + c]; }
     bool empty() const { return data.empty(); }
@@ -48,8 +46,8 @@ struct Param {
     Param(int r, int c, double fill = 0.0) : value(r, c, fill), grad(r, c, 0.0) {}
 };
 
-// A small deterministic random generator (splitmix64), so one seed gives the same numbers on
-// every compiler; std::uniform_real_distribution is allowed to differ between libraries.
+// A small deterministic random generator (splitmix64), so one seed gives the same numbers on every compiler;
+// std::uniform_real_distribution is allowed to differ between libraries.
 struct Rng {
     uint64_t state;
     explicit Rng(uint64_t seed) : state(seed) {}
@@ -64,8 +62,8 @@ struct Rng {
     int below(int n) { return int(next() % uint64_t(n)); }                            // 0 .. n-1
 };
 
-// Xavier (Glorot) uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)). It keeps the variance of
-// activations and of gradients about the same from layer to layer, as in PyTorch's xavier_uniform_.
+// Xavier (Glorot) uniform: U(-a, a), a = sqrt(6 / (fan_in + fan_out)): the variance of activations and gradients
+// stays about the same from layer to layer, as in PyTorch's xavier_uniform_.
 inline void xavier_init(Matrix& w, Rng& rng) {
     double a = std::sqrt(6.0 / double(w.rows + w.cols));
     for (double& v : w.data) v = rng.uniform(-a, a);
@@ -98,9 +96,8 @@ inline void matmul_backward(const Matrix& dC, const Matrix& A, const Matrix& B, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m).
-// Entry (i, j) is the dot product of row i of A with row j of B, both rows contiguous in memory.
-// Attention's scores Q K^T are this product (the model calls engine/kernels.hpp's matmul_bt_fast: the same bits).
+// Product with B transposed  C = A B^T.   A (n, k), B (m, k), C (n, m). Entry (i, j) is the dot product of row i of A
+// with row j of B, both rows contiguous in memory. Attention's scores Q K^T are this product.
 inline Matrix matmul_bt(const Matrix& A, const Matrix& B) {
     Matrix C(A.rows, B.rows);
     for (int i = 0; i < A.rows; i++)
@@ -171,9 +168,7 @@ inline void scale_backward(const Matrix& dY, double s, Matrix& dX) {
     for (std::size_t i = 0; i < dY.data.size(); i++) dX.data[i] += s * dY.data[i];
 }
 
-// The exp, log, sin, cos and pow the model calls are sorter's own (maths::exp ...), the same bits on every machine:
-// a chapter of their own, read after the first reading, which takes them as given.
-#include "chapters/01_maths.hpp"
+#include "chapters/01_maths.hpp"  // sorter's own exp, log, sin, cos, pow: the same bits on every machine
 
 // ---------------------------------------------------------------------------------------------
 // Row-wise softmax  P[i][j] = exp(X[i][j]) / sum_k exp(X[i][k]).   X, P (n, m).
@@ -223,8 +218,8 @@ inline void relu_backward(const Matrix& dY, const Matrix& X, Matrix& dX) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Blocks: a mini-batch is its sequences' rows stacked (sequence e of length T owns rows e*T ..),
-// and multi-head attention cuts each sequence's Q, K, V into n_heads slices of d_k columns.
+// Blocks: a mini-batch is its sequences' rows stacked (sequence e of length T owns rows e*T ..), and multi-head
+// attention cuts each sequence's Q, K, V into n_heads slices of d_k columns.
 inline Matrix take_block(const Matrix& X, int row, int rows, int col, int cols) {  // X (n, m) -> (rows, cols)
     Matrix Y(rows, cols);
     for (int i = 0; i < rows; i++)

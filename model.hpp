@@ -21,8 +21,7 @@
 
 struct ModelConfig {
     int vocab = 11;       // PAD 0, digits 1..9, START 10
-    int max_len = 5;      // positions a sequence may take: seq_len (decoder-only: 2 seq_len), or more (--test-len,
-                          // random positions)
+    int max_len = 5;      // positions a sequence may take: seq_len, or more (--test-len; chapters 05, 06)
     int d_model = 16;
     int n_heads = 2;
     int d_ff = 32;
@@ -56,7 +55,6 @@ using ParamList = std::vector<std::pair<std::string, Param*>>;
 struct Linear {
     Param W, b;  // b is empty (0 x 0) for a layer without bias, like W_q W_k W_v W_o
     Matrix x;    // saved input (n, d_in)
-
     Linear() = default;
     Linear(int d_in, int d_out, bool bias, Rng& rng) : W(d_in, d_out) {
         xavier_init(W.value, rng);
@@ -95,16 +93,14 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
     return pe;
 }
 
-// Why multiply by sqrt(d_model): position entries are sines and cosines up to 1 in size, while a Xavier
-// table row has entries of spread sqrt(2 / (vocab + d_model)), about 0.27 here. The factor brings the
-// token's part up to the position's size, so neither drowns the other when they are added.
+// Why multiply by sqrt(d_model): position entries are sines and cosines up to 1 in size, a Xavier table's entries of
+// spread sqrt(2 / (vocab + d_model)), about 0.27 here: the factor brings the token's part up to the position's size.
 struct Embedding {
     Param table;      // (vocab, d_model), one row per token id
     Param learned;    // (max_len, d_model), the learned position table: empty unless positions are learned
     Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
     Positions positions = Positions::sinusoidal;  // which table: sinusoidal, learned, none (the rest: chapter 05)
-
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
         : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
@@ -168,7 +164,6 @@ struct Mask {
     Mask() = default;
     Mask(Matrix written) : given(std::move(written)) {}  // implicit: a matrix is a mask
     Mask(bool causal, std::vector<std::vector<int>> pad_sources) : causal(causal), pad_sources(std::move(pad_sources)) {}
-
     bool sees(int e, int T, int i, int j) const {  // may query i of sequence e (of T) see key j
         if (!given.empty()) return given.at(e * T + i, j) != 0.0;
         return !(causal && j > i) && !pad_key(e, j);
@@ -256,12 +251,9 @@ struct MultiHeadAttention {
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
-    // The later chapters', off in the paper's model: Q and K turned by position (rotary), each head's ALiBi slope
-    // (empty: none; both chapter 05, self-attention only), and attention in tiles, in training (chapter 08).
-    bool rotary = false;
-    std::vector<double> alibi_slopes;
-    InTiles tiles;
-
+    bool rotary = false;                // chapter 05, self-attention: Q and K turned by position
+    std::vector<double> alibi_slopes;   // chapter 05, self-attention: each head's ALiBi slope (empty: none)
+    InTiles tiles;                      // chapter 08: attention in tiles, in training
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
         : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
@@ -279,14 +271,12 @@ struct MultiHeadAttention {
         if (!rotary) return X;  // moved out, not copied (a ?: with X would copy it)
         return rotate_pairs(std::move(X), L, first, d_k, sign);
     }
-
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Mask& mask, int n_seq = 1) {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
-    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k): every sequence's heads, joined, projected by W_o.
-    // (Decoding has its own, attend_kept: chapter 10.)
+    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k) -> every head, joined, projected by W_o (decoding: chapter 10).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
@@ -311,27 +301,19 @@ struct MultiHeadAttention {
         });
         return W_o.forward(joined);
     }
-    // Undoes forward (positions from 0) and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv
-    // (n_seq S, d_model), caller-zeroed.
+    // Undoes forward and the attend it calls; adds into d_xq (n_seq T, d_model) and d_xkv (n_seq S, d_model).
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         int group = n_heads / kv_heads;
-        const bool in_tiles = !saved[0].log_sum_exp.empty();  // the forward ran in tiles: no P
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        // exercise heads: begin (uses d_xq d_xkv group in_tiles)
+        // exercise heads: begin (uses d_xq d_xkv group)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / group * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-                // attend: O_h = attention(...) (or flash_attention); add_into_block(O_h, e * T, col, joined)
-                if (in_tiles)
-                    flash_attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h],
-                                             tiles.seen, e, tiles.dropout(e, h, n_heads, T, S),
-                                             alibi_slopes.empty() ? 0.0 : alibi_slopes[h], dQ_h, dK_h, dV_h);
-                else
-                    attention_backward(take_block(d_joined, e * T, T, col, d_k), saved[e * n_heads + h], dQ_h, dK_h,
-                                       dV_h);
+                // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
+                head_backward(take_block(d_joined, e * T, T, col, d_k), e, h, T, S, dQ_h, dK_h, dV_h);
                 // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The group's
                 // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
@@ -340,9 +322,8 @@ struct MultiHeadAttention {
             }
         });
         // exercise heads: end
-        // forward: Q and K turned by position (rotary): turned back
         // exercise rotary: begin
-        // forward: Y = R X, pair by pair, R a rotation   so   dX = R^T dY: the rotation by minus the angle
+        // forward: Q, K turned by position, Y = R X pair by pair   so   dX = R^T dY: the rotation by minus the angle
         // exercise rotary: end
         // exercise rotary: begin
         dQ = turned(std::move(dQ), T, 0, -1.0);
@@ -355,6 +336,13 @@ struct MultiHeadAttention {
         accumulate(d_xkv, W_v.backward(dV));
         // exercise heads: end
     }
+    // Head h of sequence e: attention_backward, or chapter 08's when the forward ran in tiles (it saved no P).
+    void head_backward(const Matrix& dO_h, int e, int h, int T, int S, Matrix& dQ_h, Matrix& dK_h, Matrix& dV_h) const {
+        const SavedAttention& c = saved[std::size_t(e) * n_heads + h];
+        if (c.log_sum_exp.empty()) attention_backward(dO_h, c, dQ_h, dK_h, dV_h);
+        else flash_attention_backward(dO_h, c, tiles.seen, e, tiles.dropout(e, h, n_heads, T, S),
+                                      alibi_slopes.empty() ? 0.0 : alibi_slopes[h], dQ_h, dK_h, dV_h);
+    }
     Matrix backward_self(const Matrix& d_out) {  // self-attention: x feeds Q and K, V; both add into dx
         Matrix dx(d_out.rows, W_q.x.cols);
         backward(d_out, dx, dx);
@@ -363,22 +351,20 @@ struct MultiHeadAttention {
 };
 
 // ---------------------------------------------------------------------------------------------
-// LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model).
-// var is the biased variance (divide by d_model), as in PyTorch's LayerNorm.
+// LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model). var is the
+// biased variance (divide by d_model), as in PyTorch's LayerNorm.
 struct LayerNorm {
     static constexpr double eps = 1e-5;
     static constexpr const char *name = "LayerNorm", *short_name = "LN";  // as the pictures and counts say it
     Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
-
     LayerNorm() = default;
     explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
     void list_parameters(const std::string& name, ParamList& list) {
         list.push_back({name + ".gamma", &gamma});
         list.push_back({name + ".beta", &beta});
     }
-
     Matrix forward(const Matrix& x) {
         int n = x.rows, d = x.cols;
         x_hat = Matrix(n, d);
@@ -430,7 +416,7 @@ struct LayerNorm {
 
 // ---------------------------------------------------------------------------------------------
 // Position-wise feed-forward  y = act(x W_1 + b_1) W_2 + b_2, the same two layers at every row.
-//   x, y (n, d_model), hidden (n, d_ff). act works entry by entry: ReLU, or GELU for the exercise.
+//   x, y (n, d_model), hidden (n, d_ff). act works entry by entry: ReLU (or chapter 04's GELU).
 struct Pointwise {  // an activation, entry by entry, and its backward (matrix.hpp)
     std::string name;  // as --act spells it
     Matrix (*forward)(const Matrix& X);
@@ -440,7 +426,6 @@ struct FeedForward {
     Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2 (none: --no-bias)
     Pointwise act{"relu", relu, relu_backward};
     Matrix hidden;          // saved (n, d_ff): x W_1 + b_1, the activation's input
-
     FeedForward() = default;
     FeedForward(int d_model, int d_ff, Pointwise act, bool bias, Rng& rng)
         : W_1(d_model, d_ff, bias, rng), W_2(d_ff, d_model, bias, rng), act(act) {}
@@ -460,13 +445,11 @@ struct FeedForward {
     }
 };
 
-// RMSNorm, GELU and SwiGLU, which Norm and FeedForwardBlock may hold: a later chapter, with OneOf, which holds one.
-#include "chapters/04_todays_blocks.hpp"
+#include "chapters/04_todays_blocks.hpp"  // RMSNorm, GELU, SwiGLU; OneOf, which holds one of two blocks
 
 // ---------------------------------------------------------------------------------------------
-// Which norm and which feed-forward a model uses, chosen once, when it is built: a Norm holds the paper's LayerNorm
-// or chapter 04's RMSNorm, a FeedForwardBlock the paper's FeedForward or chapter 04's SwiGLU. A first reading takes
-// them as LayerNorm and FeedForward: forward, backward and list_parameters reach the one held (OneOf, chapter 04).
+// Which norm and which feed-forward a model uses, chosen once, when it is built: a Norm holds LayerNorm or chapter
+// 04's RMSNorm, a FeedForwardBlock FeedForward or SwiGLU. A first reading takes them as LayerNorm and FeedForward.
 inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
     if (c.rms_norm) return {RMSNorm(c.d_model)};
     return {LayerNorm(c.d_model)};
@@ -483,22 +466,18 @@ inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // th
 
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.
-//   pre-norm (default): out = x + f(LN(x))     post-norm (the 2017 paper's blocks): out = LN(x + f(x))
-// With dropout (in training), f's output is dropped before the sum, the paper's residual dropout:
-//   x + dropout(f(LN(x)))   or   LN(x + dropout(f(x)))
-// (Both keep the final LayerNorm before the output projection; the paper's post-norm model has none.)
-// The one place the residual rule lives: forward(x, f) runs the inner function f, backward(d_out,
-// f_backward) its backward (d of f's output in, d of f's input out): a block's backward is its forward reversed.
+//   pre-norm (default): x + dropout(f(LN(x)))     post-norm (the 2017 paper's blocks): LN(x + dropout(f(x)))
+// (both keep the final LayerNorm before the output projection; the paper's post-norm model has none). The one place
+// the residual rule lives: forward(x, f) runs the inner f, backward(d_out, f_backward) its backward (d of f's output
+// in, d of f's input out), so a block's backward reads as its forward reversed.
 struct Sublayer {
     Norm norm;
     NormPlace where = NormPlace::pre;
     double p = 0.0;                // dropout on f's output, in training
     Rng* dropout_draws = nullptr;  // in training the model's dropout stream (Transformer::train), else nullptr
     Matrix keep;                   // saved: the dropout's factors, empty when nothing was dropped
-
     Sublayer() = default;
     explicit Sublayer(const ModelConfig& c) : norm(norm_of(c)), where(c.norm_place), p(c.dropout) {}
-
     template <typename F>  // f: Matrix(const Matrix& f_in)
     Matrix forward(const Matrix& x, F f) {
         switch (where) {
@@ -534,7 +513,6 @@ struct EncoderBlock {
     Sublayer attn_sub, ffn_sub;
     MultiHeadAttention self_attn;
     FeedForwardBlock ffn;
-
     EncoderBlock() = default;
     EncoderBlock(const ModelConfig& c, Rng& rng)
         : attn_sub(c), ffn_sub(c), self_attn(c, rng, true), ffn(feed_forward_of(c, rng)) {}
@@ -544,11 +522,9 @@ struct EncoderBlock {
         ffn_sub.norm.list_parameters(name + ".norm2", list);
         ffn.list_parameters(name + ".ffn", list);
     }
-
     void set_dropout_draws(Rng* stream) {  // Transformer::train
         attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = stream;
     }
-
     Matrix forward(const Matrix& x, const Mask& src_mask, int n_seq = 1) {  // n_seq sequences stacked
         Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
         return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
@@ -563,14 +539,12 @@ struct EncoderBlock {
 
 // ---------------------------------------------------------------------------------------------
 // Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
-//   y, out (n_seq T, d_model), memory (n_seq S, d_model)
-// A decoder-only model's block (GPT's) is this block without cross-attention: `cross` false.
+//   y, out (n_seq T, d_model), memory (n_seq S, d_model). A decoder-only model's (chapter 06): `cross` false.
 struct DecoderBlock {
     bool cross = true;  // false in a decoder-only model: no memory to attend to
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
     FeedForwardBlock ffn;
-
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
         : cross(has_encoder(c.arch)), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
@@ -585,12 +559,10 @@ struct DecoderBlock {
         ffn_sub.norm.list_parameters(name + (cross ? ".norm3" : ".norm2"), list);
         ffn.list_parameters(name + ".ffn", list);
     }
-
     void set_dropout_draws(Rng* stream) {  // Transformer::train
         self_sub.dropout_draws = cross_sub.dropout_draws = ffn_sub.dropout_draws = stream;
         self_attn.dropout_draws = cross_attn.dropout_draws = stream;
     }
-
     // (Decoding runs this block on the newest rows alone, with its cache: decoder_block_next, chapter 10.)
     Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
@@ -628,18 +600,15 @@ struct Transformer {
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
     Norm final_norm;
-    Linear out;       // (d_model -> vocab), with bias (none: --no-bias); with tie_embeddings its W is empty: the
-                      // table's transpose
-
+    Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
     Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
     Batch whole_rows;                 // decoder-only: n_seq x (S + T), the rows of source and answer as one
     Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
-    // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
-    // dropout's masks, in the order forward runs (train() hands the blocks the stream; nullptr: off), and random
-    // positions' rows, each source's drawn anew. Outside it, a source's rows come from the source: no stream moves.
+    // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams: dropout's
+    // masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
     Rng position_draws{1};
     Rng dropout_draws{1};
     bool training = false;
@@ -652,7 +621,6 @@ struct Transformer {
         for (DecoderBlock& block : decoder) block.self_attn.tiles.on = block.cross_attn.tiles.on = tiled;
     }
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
-
     Transformer() = default;
     Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(norm_of(c)) {
         Rng rng(seed);
@@ -664,9 +632,8 @@ struct Transformer {
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
     }
-
-    // Each source's L position rows: 0 .. L-1, or with random positions (chapter 05) drawn: in training from the
-    // model's stream, else from a stream seeded by the source itself, so one input always reads the same rows.
+    // Each source's L position rows: 0 .. L-1 (chapter 05's random positions: drawn, from the model's stream in
+    // training, else from a stream seeded by the source, so one input always reads the same rows).
     Batch rows_for(const Batch& srcs, int L) {
         Batch rows;
         for (const std::vector<int>& src : srcs) {
@@ -691,8 +658,7 @@ struct Transformer {
     int target_row(const std::vector<int>& rows_of_source, int t) const {
         return draws_position_rows(config.positions) ? rows_of_source.at(t) : t;
     }
-    // The logits for the next token at every position of the targets (teacher forcing). The sources' PADs
-    // are hidden from cross-attention.
+    // The logits for the next token at every position of the targets (teacher forcing); the sources' PADs hidden.
     Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
@@ -739,7 +705,6 @@ struct Transformer {
         for (const std::vector<int>& s : seqs) all.insert(all.end(), s.begin(), s.end());
         return all;
     }
-
     // Undo forward(), last step first. Adds into every parameter's grad.
     void backward(const Matrix& d_logits) {
         // forward: logits = output(final_norm.forward(y))
@@ -758,14 +723,12 @@ struct Transformer {
         // forward: y = dropout(embed.forward(tgts_in)), x = dropout(embed.forward(srcs))
         dy = dropout_backward(std::move(dy), target_keep);
         dx = dropout_backward(std::move(dx), source_keep);
-        // The table is shared, so sequence by sequence, decoder side first: the order in which one sequence
-        // at a time would add.
+        // The table is shared: sequence by sequence, decoder side first, as one sequence at a time would add.
         for (int e = 0; e < n_seq; e++) {
             embed.backward(targets_in[e], target_rows[e], take_block(dy, e * T, T, 0, config.d_model));
             embed.backward(sources[e], source_rows[e], take_block(dx, e * S, S, 0, config.d_model));
         }
     }
-
     // Every learned tensor with its name, in a fixed order (the checkpoint's order too).
     ParamList parameters() {
         ParamList list;
@@ -780,7 +743,5 @@ struct Transformer {
     void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
 };
 
-// Decoder-only (read_whole, read_whole_backward), which forward and backward call: a later chapter.
-#include "chapters/06_decoder_only.hpp"
-// A Llama layer read top to bottom in one place, forward then backward, tested equal to DecoderBlock: a later chapter.
-#include "chapters/07_llama_layer.hpp"
+#include "chapters/06_decoder_only.hpp"  // read_whole and its backward, which forward and backward call
+#include "chapters/07_llama_layer.hpp"   // a Llama layer in one place, tested equal to DecoderBlock

@@ -65,9 +65,8 @@ inline std::vector<int> shifted_right(const std::vector<int>& target, int vocab)
     return in;
 }
 
-// The held-out set: its size and its own seed, the same in every run whatever --seed says.
-constexpr int HELD_OUT_SIZE = 1000;
-constexpr uint64_t HELD_OUT_SEED = 12345;
+constexpr int HELD_OUT_SIZE = 1000;        // the held-out set: its size and its own seed, the same in every run
+constexpr uint64_t HELD_OUT_SEED = 12345;  // whatever --seed says
 
 // A run's seed makes the weights (Rng(seed), in Transformer) and, through this, the training draws: a second
 // stream, so that changing the model's size does not change which examples it sees.
@@ -130,7 +129,6 @@ struct Dataset {
     std::set<std::vector<int>> held_out_sources;
     std::vector<Example> held_out;
     std::vector<std::vector<int>> train_pool;  // --train-data: when not empty, training draws only from these
-
     // held_out_size is capped at half of all possible sources, so training keeps the other half.
     explicit Dataset(const DataConfig& d, std::vector<std::vector<int>> pool = {},
                      int held_out_size = HELD_OUT_SIZE, uint64_t eval_seed = HELD_OUT_SEED)
@@ -160,8 +158,7 @@ struct Dataset {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Softmax cross-entropy over each row of one example's logits (T, vocab), with its gradient beside it.
-//   loss = -(1/T) sum_t log p_t[target_t],   p_t = softmax(logits[t])
+// Softmax cross-entropy over each row of one example's logits (T, vocab):   loss = -(1/T) sum_t log p_t[target_t]
 // exercise cross-entropy: begin
 //   dL/dlogits[t] = (p_t - one_hot(target_t)) / T
 // Derivation, one row z = logits[t], target y: -log p[y] = -z[y] + log sum_v exp(z[v]), so d/dz[v] = p[v] - [v==y].
@@ -203,12 +200,9 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers: how one step moves every parameter w, given its gradient g (the batch mean) and the rate lr. SGD:
-//   w -= lr g
-// Optimizer::update (chapters/03_optimizers.hpp) runs that line, or momentum or Adam.
-
-// ---------------------------------------------------------------------------------------------
-// Learning-rate schedules: the rate of step t (1 .. total) for the base rate lr.
+// An optimizer moves every parameter w by its gradient g (the batch mean) at the rate lr. SGD:   w -= lr g
+// (Optimizer::update, chapters/03_optimizers.hpp, runs that line, or momentum or Adam.) The rate of step t (1 ..
+// total) for the base rate lr follows a schedule:
 //   constant   lr
 //   linear     lr (1 - (t - 1) / total): from lr at the first step down towards 0 at the last
 //   warmup     lr min(t / warmup, sqrt(warmup / t)): a straight line up for `warmup` steps, then down
@@ -224,9 +218,8 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 
 // ---------------------------------------------------------------------------------------------
 // A batch's loss: the mean over its n_seq examples of cross_entropy, example e owning rows e*T .. of the logits
-// (n_seq T, vocab). d_logits (zeroed by the caller) gets the gradient that training follows.
-// `plain` is the cross-entropy the table prints, comparable across runs; with label smoothing, `followed` is
-// the smoothed loss whose gradient d_logits holds (without, the two are one number).
+// (n_seq T, vocab); d_logits (caller-zeroed) gets its gradient. `plain` is the cross-entropy the table prints; with
+// label smoothing, `followed` is the smoothed loss whose gradient training follows (without, the two are one).
 struct Loss { double plain = 0.0, followed = 0.0; };
 inline Loss batch_loss(const Matrix& logits, const std::vector<Example>& batch, double label_smoothing,
                        Matrix& d_logits) {
@@ -256,8 +249,8 @@ struct TrainState {
         : optimizer(c.optimizer, c.weight_decay, c.clip), batch_draws(training_rng(seed)) {}
 };
 
-// The gradient of a batch's mean loss: zero every grad, run the batch forward in training mode (one stack of
-// rows, model.hpp; dropout on), score it, run backward. Returns the loss; every parameter's grad holds its part.
+// The gradient of a batch's mean loss: zero every grad, run the batch forward in training mode (one stack of rows;
+// dropout on), score it, run backward. Returns the loss; every parameter's grad holds its part.
 inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, double label_smoothing) {
     model.zero_grad();
     Inputs in = inputs_of(batch, 0, batch.size());
@@ -270,9 +263,8 @@ inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, d
     return loss;
 }
 
-// One training step: draw a mini-batch, find this step's rate, take the gradient (zero, forward, loss,
-// backward: above), move every parameter. `last` is the step the schedule decays towards (main.cpp's loop
-// calls this for steps first .. last). Returns the batch's plain loss.
+// One training step: draw a mini-batch, find this step's rate, take the gradient, move every parameter. `last` is the
+// step the schedule decays towards (main.cpp's loop calls this for steps first .. last). Returns the plain loss.
 inline double train_step(Transformer& model, const Dataset& data, const TrainConfig& c, TrainState& state,
                          long last) {
     const long step = state.updates + 1;
@@ -284,18 +276,15 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
     return loss.plain;
 }
 
-// Decoding with a cache (DecodingCache, start_decoding, newest_logits): a later chapter.
-#include "chapters/10_decoding.hpp"
+#include "chapters/10_decoding.hpp"  // the decoding cache (DecodingCache, start_decoding, newest_logits)
 
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: read the sources once (encode them, or run them through a decoder-only stack), then grow
-// each output one token at a time by the argmax of the last position's logits, from the START token that
-// teacher forcing used. An output ends at its first PAD: every later position is PAD too, as in every target.
-// START is an input, never an output, so the argmax runs over PAD and the digits. Each position runs only the
-// newest tokens through the decoder, which keeps the earlier keys and values (model.hpp, the decoding cache),
-// many sources together as one stack of rows: the same bits as one at a time over the whole prefix.
-// The next token of every sequence (a function of its own so that --inspect can read each position's maps).
-// `newest` holds each sequence's last token and becomes the chosen one.
+// Greedy decoding: read the sources once, then grow each output one token at a time by the argmax of the last
+// position's logits, from the START token that teacher forcing used. An output ends at its first PAD: every later
+// position is PAD too, as in every target. START is an input, never an output, so the argmax runs over PAD and the
+// digits. Each step feeds only the newest tokens, against the earlier keys and values kept (the cache, chapter 10):
+// the same bits as running the whole prefix again. greedy_next: every sequence's next token (`newest` holds its last
+// and becomes the chosen one); a function of its own so that --inspect can read each position's maps.
 inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
     Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
     const int start = start_token(model.config.vocab);
