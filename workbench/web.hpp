@@ -186,6 +186,7 @@ struct Lab {
     long first = 0;   // the updates made when the model was made or loaded
     long last = 0;    // the step training ends at (--steps, counted from `first`)
     std::string diverged;  // why training stopped at a loss that is not a number ("" while it has not)
+    bool quantized_here = false;  // quantized on the page (quantize()), not opened so
 
     // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, the
     // command line of its settings, and for a quantized model its bits and why it does not train.
@@ -198,8 +199,10 @@ struct Lab {
                    json_text(join(command_of(options), " ")).c_str(), c.bits,
                    c.bits > 0 ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
     }
-    // ./sorter's refusal to train a quantized model, the opened file named as the page's messages name it.
-    std::string cannot_train() const { return cannot_train_text("the checkpoint", model->config.bits); }
+    // ./sorter's refusal to train a quantized model, the opened file (or the page's model) named as the page names it.
+    std::string cannot_train() const {
+        return cannot_train_text(quantized_here ? "the page's model" : "the checkpoint", model->config.bits);
+    }
     std::vector<std::string> block_names() const {
         std::vector<std::string> names;
         for (auto& [name, p] : model->parameters())
@@ -212,7 +215,7 @@ struct Lab {
         auto d = std::make_unique<Dataset>(o.data, std::vector<std::vector<int>>());
         if (d->held_out.empty()) fail("no held-out set is possible with these settings: raise seq-len");
         options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d);
-        first = state->updates, last = first + steps, diverged.clear();
+        first = state->updates, last = first + steps, diverged.clear(), quantized_here = false;
         history = History();  // (its pointers into the old model go with it)
         history.decoding = options.decode;
         history.watched = watched_examples(*data);
@@ -363,7 +366,7 @@ struct Lab {
         const std::string what = unstorable(*model);
         if (!what.empty()) fail(fmt("quantize %d: ", bits) + what + " (training diverged)");
         quantize_model(*model, bits);
-        options.model = model->config;
+        options.model = model->config, quantized_here = true;
         first = last = state->updates;  // (as --load FILE --quantize BITS: no steps; it cannot train)
         return describe();
     }

@@ -106,7 +106,8 @@ TEST_CASE("web: the page quantizes the model it trained as ./sorter --quantize d
     CHECK(json_field(quantized, "last") == 300);
     CHECK(lab.checkpoint() == read_all(m8));
     CHECK(json_field(web_answer(lab, "evaluate", "", 0), "right") == 929);
-    CHECK(contains(web_answer(lab, "train", "", 1), "which cannot train"));
+    CHECK(contains(quantized, "\"cannot_train\":" + json_text(cannot_train_text("the page's model", 8))));
+    CHECK(web_answer(lab, "train", "", 1) == "{\"error\":" + json_text(cannot_train_text("the page's model", 8)) + "}");
     CHECK(contains(web_answer(lab, "quantize", "", 4), "quantized already (8 bits)"));
     CHECK(contains(web_answer(lab, "quantize", "", 9), "expected 2 to 8 bits"));
 }
