@@ -174,6 +174,12 @@ inline void record_gradient_norms(Transformer& model, History& h) {
     h.gradient_norms.push_back(norms);
 }
 
+// What went wrong at `step` (`why`: "loss nan") and what to try: the first sentence of the message below (the page
+// ends it with what it kept).
+inline std::string divergence_text(const Options& o, long step, const std::string& why) {
+    return fmt("training diverged at step %ld (%s); try a smaller --lr than %g.", step, why.c_str(), o.train.lr);
+}
+inline std::string loss_trouble(double loss) { return std::isnan(loss) ? "loss nan" : "loss inf"; }
 // Training diverged at `step` (`why`: "loss nan"): the run ends, saying what its --save file holds, the checkpoint
 // --save-every wrote last (every save waits for its step's loss to be finite) or nothing of this run.
 [[noreturn]] inline void diverged(const Options& o, const History& history, long step, const std::string& why) {
@@ -181,12 +187,11 @@ inline void record_gradient_norms(Transformer& model, History& h) {
                                                     "before the loss went wrong; nothing else", o.save_path.c_str(),
                                                     history.saved_at, o.save_every)
                                               : "Nothing";
-    fail(fmt("training diverged at step %ld (%s); try a smaller --lr than %g. ", step, why.c_str(), o.train.lr) + kept +
-         " was saved or drawn");
+    fail(divergence_text(o, step, why) + " " + kept + " was saved or drawn");
 }
 // A step's loss, kept; one that is not finite ends the run.
 inline void record_loss(const Options& o, History& history, double loss, long step) {
-    if (!std::isfinite(loss)) diverged(o, history, step, std::isnan(loss) ? "loss nan" : "loss inf");
+    if (!std::isfinite(loss)) diverged(o, history, step, loss_trouble(loss));
     history.losses.push_back(loss);
     history.recent_loss += loss;
     history.recent_steps++;

@@ -6,7 +6,8 @@
 //   settings(flags)      what a command line sets, flag by flag, and the same command with only the flags that matter
 //   start(flags)         a new model and data from --help's flags (the page's form writes them)
 //   train(n)             n steps of train_step: each step's loss and each block's gradient size; a loss that is not
-//                        finite ends the run, by ./sorter's rule (record_loss) and with its message
+//                        finite ends the run, by ./sorter's rule (record_loss) and with its words, and nothing of it
+//                        is downloaded, as ./sorter saves nothing
 //   plan(n)              a loaded model trains n steps on from where it was loaded, as --load FILE --steps n
 //   evaluate()           one row of the training table: held-out exact match, token accuracy, held-out loss
 //   watched()            the three held-out inputs the run watches, decoded now
@@ -14,6 +15,7 @@
 //   decode(digits, beam) greedy decoding, and a beam search's hypotheses
 //   checkpoint()         the model as a checkpoint file's text; load(text, n) reads one back, to train n more
 //                        (a quantized one, ./sorter --load m8.txt, evaluates and decodes in integers: it never trains)
+//   quantize(bits)       the model in whole numbers, as ./sorter --load FILE --quantize BITS: the same integers
 //
 // Page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively, in make test.
 #pragma once
@@ -59,7 +61,8 @@ inline std::string json_tokens(const std::vector<int>& tokens, const ModelConfig
 const std::vector<std::string> PAGE_REFUSED = {"--save", "--load", "--report", "--svg", "--train-data", "--dump-step",
                                                "--sort", "--bench", "--speed", "--step-cost", "--demo", "--help", "--save-every",
                                                "--finish", "--params", "--show-pe", "--trace-shapes", "--inspect",
-                                               "--show-attention", "--numbers", "--test-len", "--threads"};
+                                               "--show-attention", "--numbers", "--test-len", "--threads",
+                                               "--quantize"};  // (--quantize: the page's own button, on its model)
 inline bool page_takes(const Flag& f) {
     return std::find(PAGE_REFUSED.begin(), PAGE_REFUSED.end(), f.name) == PAGE_REFUSED.end();
 }
@@ -182,6 +185,8 @@ struct Lab {
     History history;  // the watched inputs, the losses since the last evaluation, the gradient sizes
     long first = 0;   // the updates made when the model was made or loaded
     long last = 0;    // the step training ends at (--steps, counted from `first`)
+    std::string diverged;  // why training stopped at a loss that is not a number ("" while it has not)
+    bool quantized_here = false;  // quantized on the page (quantize()), not opened so
 
     // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, the
     // command line of its settings, and for a quantized model its bits and why it does not train.
@@ -194,8 +199,10 @@ struct Lab {
                    json_text(join(command_of(options), " ")).c_str(), c.bits,
                    c.bits > 0 ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
     }
-    // ./sorter's refusal to train a quantized model, the opened file named as the page's messages name it.
-    std::string cannot_train() const { return cannot_train_text("the checkpoint", model->config.bits); }
+    // ./sorter's refusal to train a quantized model, the opened file (or the page's model) named as the page names it.
+    std::string cannot_train() const {
+        return cannot_train_text(quantized_here ? "the page's model" : "the checkpoint", model->config.bits);
+    }
     std::vector<std::string> block_names() const {
         std::vector<std::string> names;
         for (auto& [name, p] : model->parameters())
@@ -208,7 +215,7 @@ struct Lab {
         auto d = std::make_unique<Dataset>(o.data, std::vector<std::vector<int>>());
         if (d->held_out.empty()) fail("no held-out set is possible with these settings: raise seq-len");
         options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d);
-        first = state->updates, last = first + steps;
+        first = state->updates, last = first + steps, diverged.clear(), quantized_here = false;
         history = History();  // (its pointers into the old model go with it)
         history.decoding = options.decode;
         history.watched = watched_examples(*data);
@@ -232,20 +239,23 @@ struct Lab {
 
     // n steps (no further than the last), as train_run takes them: each step's loss and each block's gradient size.
     // A loss that is not finite ends the run as it ends ./sorter's, by record_loss, with its message.
+    // The run that diverged keeps its plan (the page says "step 11 of 2000") and trains no more; ./sorter's words
+    // say what went wrong, and the page's ending says what it kept: the charts drew every step, Download is off.
     std::string train(long n) {
         if (n > 0 && model->config.bits > 0) fail(cannot_train());
+        if (n > 0 && !diverged.empty()) fail(diverged);
         std::vector<double> losses;
         std::vector<std::vector<double>> norms;  // [step][block]
-        std::string diverged;
         for (long k = 0; k < n && state->updates < last && diverged.empty(); k++) {
             double loss = train_step(*model, *data, options.train, *state, last);
             losses.push_back(loss);
             record_gradient_norms(*model, history);
             try {
                 record_loss(options, history, loss, state->updates);
-            } catch (const UsageError& e) {
-                diverged = e.message;
-                last = state->updates;  // nothing more to train: the weights are not numbers
+            } catch (const UsageError&) {  // (its message ends "Nothing was saved or drawn": the page drew)
+                diverged = divergence_text(options, state->updates, loss_trouble(loss)) +
+                           " The charts show every step up to it; Download is off: ./sorter saves nothing of a run "
+                           "that diverged.";
             }
         }
         norms.swap(history.gradient_norms);  // only the page keeps them
@@ -312,7 +322,12 @@ struct Lab {
     }
 
     // The checkpoint, as ./sorter --save writes it (through a temporary file: write_checkpoint writes to a FILE).
+    // A run that diverged is not written, as ./sorter --save writes nothing of it (and never weights that are not
+    // numbers: save_checkpoint's refusal, in its words).
     std::string checkpoint() {
+        if (!diverged.empty()) fail(diverged);
+        const std::string what = unstorable(*model);
+        if (!what.empty()) fail("Download: " + what + " (training diverged); not saved");
         origin.planned_steps = last;
         std::FILE* f = std::tmpfile();
         if (!f) fail("cannot make a temporary file for the checkpoint");
@@ -339,6 +354,22 @@ struct Lab {
         adopt(o, std::move(m), std::move(s), from, steps);
         return describe();
     }
+    // The model in `bits`-bit whole numbers, as ./sorter --load FILE --quantize BITS quantizes the float model FILE
+    // holds: quantize_model, which prints each matrix's largest error (the page shows those lines). It then
+    // evaluates and decodes in integers and trains no more; its checkpoint is the file --save writes there.
+    std::string quantize(int bits) {
+        if (!valid_bits(bits)) fail(fmt("quantize %d: expected 2 to 8 bits", bits));
+        if (model->config.bits > 0)
+            fail(fmt("quantize %d: the model is quantized already (%d bits); quantize the float model it came from",
+                     bits, model->config.bits));
+        if (!diverged.empty()) fail(diverged);
+        const std::string what = unstorable(*model);
+        if (!what.empty()) fail(fmt("quantize %d: ", bits) + what + " (training diverged)");
+        quantize_model(*model, bits);
+        options.model = model->config, quantized_here = true;
+        first = last = state->updates;  // (as --load FILE --quantize BITS: no steps; it cannot train)
+        return describe();
+    }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -359,6 +390,7 @@ inline std::string web_answer(Lab& lab, const std::string& command, const std::s
         if (command == "attention") return lab.attention(text);
         if (command == "decode") return lab.decode(text, int(number));
         if (command == "checkpoint") return fmt("{\"text\":%s}", json_text(lab.checkpoint()).c_str());
+        if (command == "quantize") return lab.quantize(int(number));
         fail("unknown command " + command);
     } catch (const UsageError& e) {
         return fmt("{\"error\":%s}", json_text(e.message).c_str());

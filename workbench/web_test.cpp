@@ -85,6 +85,33 @@ TEST_CASE("web: a quantized checkpoint evaluates and decodes, and does not train
     CHECK(!contains(web_answer(float_model, "load", read_all(m), 200), "cannot_train"));
 }
 
+// The page's Quantize, on the model it trained: the same integers as ./sorter --load FILE --quantize 8 (its
+// checkpoint is --save's file, byte for byte), the same score, and no training or second quantizing after it.
+TEST_CASE("web: the page quantizes the model it trained as ./sorter --quantize does") {
+    TempDir dir("web-quantize");
+    const std::string m = dir.file("m.txt"), m8 = dir.file("m8.txt");
+    run_output({"--steps", "300", "--save", m});
+    REQUIRE(contains(run_output({"--load", m, "--quantize", "8", "--save", m8}),
+                     "held-out: exact-match 92.9% (929/1000), token-accuracy 97.7%"));
+    Lab lab;
+    web_answer(lab, "start", "--steps 300", 0);
+    web_answer(lab, "train", "", 300);
+    REQUIRE(lab.checkpoint() == read_all(m));
+    std::string quantized;
+    const std::string printed = printed_by([&] { quantized = web_answer(lab, "quantize", "", 8); });
+    INFO(quantized);
+    CHECK(contains(printed, "max error in any group: "));  // quantize_model's lines: the page shows the last
+    CHECK(json_field(quantized, "bits") == 8);
+    CHECK(json_field(quantized, "step") == 300);
+    CHECK(json_field(quantized, "last") == 300);
+    CHECK(lab.checkpoint() == read_all(m8));
+    CHECK(json_field(web_answer(lab, "evaluate", "", 0), "right") == 929);
+    CHECK(contains(quantized, "\"cannot_train\":" + json_text(cannot_train_text("the page's model", 8))));
+    CHECK(web_answer(lab, "train", "", 1) == "{\"error\":" + json_text(cannot_train_text("the page's model", 8)) + "}");
+    CHECK(contains(web_answer(lab, "quantize", "", 4), "quantized already (8 bits)"));
+    CHECK(contains(web_answer(lab, "quantize", "", 9), "expected 2 to 8 bits"));
+}
+
 // A checkpoint's settings come back as the command line that makes its model: the page's form and title show them.
 TEST_CASE("web: a checkpoint's command line") {
     Lab lab;
@@ -99,18 +126,27 @@ TEST_CASE("web: a checkpoint's command line") {
                    "\"command\":\"--lr 0.01 --optimizer adam\""));
 }
 
-// A rate that makes the loss overflow: the run ends at that step with ./sorter's message (record_loss's rule),
-// and trains no further.
+// A rate that makes the loss overflow: the run ends at that step with ./sorter's words (record_loss's rule), keeps
+// its plan (step 11 of 2000), says what it drew, trains no further, and is not downloaded or quantized.
 TEST_CASE("web: a run that diverges stops as ./sorter stops") {
     const std::string flags = "--pos rope --rmsnorm --act swiglu --lr 10 --steps 2000";
     const std::string printed = run_output(split_words(flags));  // its refusal: ./sorter's line on stderr
-    REQUIRE(contains(printed, "training diverged at step "));
+    const std::string ending = " Nothing was saved or drawn";
+    REQUIRE(contains(printed, "training diverged at step 11 (loss nan); try a smaller --lr than 10." + ending));
+    const std::string said = printed.substr(printed.find("training"), printed.find(ending) - printed.find("training"));
     Lab lab;
     web_answer(lab, "start", flags, 0);
     std::string trained = web_answer(lab, "train", "", 2000);
-    CHECK(contains(trained, "\"diverged\":" + json_text(printed)));
-    CHECK(json_field(trained, "last") == json_field(trained, "step"));
-    CHECK(json_field(web_answer(lab, "train", "", 10), "step") == json_field(trained, "step"));
+    const std::string page_said = said + " The charts show every step up to it; Download is off: ./sorter saves "
+                                         "nothing of a run that diverged.";
+    CHECK(contains(trained, "\"diverged\":" + json_text(page_said)));
+    CHECK(json_field(trained, "step") == 11);
+    CHECK(json_field(trained, "last") == 2000);
+    CHECK(web_answer(lab, "train", "", 10) == "{\"error\":" + json_text(page_said) + "}");
+    CHECK(web_answer(lab, "checkpoint", "", 0) == "{\"error\":" + json_text(page_said) + "}");
+    CHECK(web_answer(lab, "quantize", "", 8) == "{\"error\":" + json_text(page_said) + "}");
+    CHECK(json_field(web_answer(lab, "start", "--steps 5", 0), "last") == 5);  // a new run: it trains again
+    CHECK(json_field(web_answer(lab, "train", "", 5), "step") == 5);
 }
 
 // What the page draws: every layer's and head's map, the watched inputs, a typed input decoded.
