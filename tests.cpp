@@ -624,18 +624,19 @@ TEST_CASE("gradient: LayerNorm") {
                 [&](const Matrix& G) { dx = norm.backward(G); });
 }
 
-// y = act(x W_1 + b_1) W_2 + b_2 with ReLU and with GELU, every weight and bias. Biases jittered.
-TEST_CASE("gradient: FeedForward with ReLU and with GELU") {
-    for (Activation act : {Activation::relu, Activation::gelu}) {
+// y = act(x W_1 + b_1) W_2 + b_2 with every activation a FeedForward takes (ReLU, GELU, and any new one: its name comes
+// from the names list), every weight and bias. Biases jittered.
+TEST_CASE("gradient: FeedForward with each activation") {
+    for (std::size_t a = 0; a < ACTIVATION_NAMES.size(); a++) {
         ModelConfig c = small_config();
-        c.activation = act;
+        c.activation = Activation(a);
         Rng rng(27);
-        FeedForwardBlock ffn = feed_forward_of(c, rng);  // FeedForward, with ReLU or GELU
+        FeedForwardBlock ffn = feed_forward_of(c, rng);
+        if (!std::holds_alternative<FeedForward>(ffn.block)) continue;  // SwiGLU: a block of its own, checked below
         jitter(params_of(ffn, "ffn"), rng, 0.1);
         Matrix x = random_matrix(4, c.d_model, rng), dx(4, c.d_model);
-        check_block(act == Activation::relu ? "FeedForward (ReLU)" : "FeedForward (GELU)",
-                    with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))),
-                    [&] { return ffn.forward(x); },
+        check_block("FeedForward (" + ACTIVATION_NAMES[a] + ")",
+                    with({tensor("x", x, dx)}, tensors_of(params_of(ffn, "ffn"))), [&] { return ffn.forward(x); },
                     [&](const Matrix& G) { dx = ffn.backward(G); });
     }
 }

@@ -183,7 +183,9 @@ TEST_CASE("web: bad flags and inputs are answered with an error") {
 TEST_CASE("web: the form comes from the flag table") {
     Lab lab;
     std::string form = web_answer(lab, "form", "", 0);
-    CHECK(contains(form, "{\"name\":\"--act\",\"kind\":\"choice\",\"names\":[\"relu\",\"gelu\",\"swiglu\"]"));
+    std::string activations;  // the names list, as the form spells it: ["relu","gelu",...]
+    for (const std::string& name : ACTIVATION_NAMES) activations += (activations.empty() ? "" : ",") + json_text(name);
+    CHECK(contains(form, "{\"name\":\"--act\",\"kind\":\"choice\",\"names\":[" + activations + "]"));
     CHECK(contains(form, "{\"name\":\"--steps\",\"kind\":\"whole\",\"names\":[]"));
     CHECK(contains(form, "{\"name\":\"--llama\",\"kind\":\"switch\""));
     CHECK(contains(form, "{\"name\":\"--label-smoothing\",\"kind\":\"number\""));
