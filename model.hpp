@@ -445,24 +445,9 @@ struct FeedForward {
     }
 };
 
-#include "chapters/04_todays_blocks.hpp"  // RMSNorm, GELU, SwiGLU; OneOf, which holds one of two blocks
-
-// ---------------------------------------------------------------------------------------------
-// Which norm and which feed-forward a model uses, chosen once, when it is built: a Norm holds LayerNorm or chapter
-// 04's RMSNorm, a FeedForwardBlock FeedForward or SwiGLU. A first reading takes them as LayerNorm and FeedForward.
-inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
-    if (c.rms_norm) return {RMSNorm(c.d_model)};
-    return {LayerNorm(c.d_model)};
-}
-inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
-    const std::string& name = ACTIVATION_NAMES[int(c.activation)];
-    switch (c.activation) {
-    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};
-    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, !c.no_bias, rng)};
-    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, !c.no_bias, rng)};
-    }
-    return {};  // not reached
-}
+// Which norm and which feed-forward a model uses is chosen once, when it is built (norm_of, feed_forward_of): a Norm
+// holds LayerNorm or RMSNorm, a FeedForwardBlock FeedForward (ReLU or GELU) or SwiGLU. Today's blocks and the choice:
+#include "chapters/04_todays_blocks.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.

@@ -3,7 +3,8 @@
 //
 // What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and
 // --act swiglu (Shazeer 2020), Llama's norm and feed-forward. What it changes in the first part: Norm and
-// FeedForwardBlock (model.hpp) may hold these; norm_of and feed_forward_of choose, once, when a model is built.
+// FeedForwardBlock (model.hpp) may hold these; norm_of and feed_forward_of, at the end, choose once, when a model is
+// built.
 #pragma once
 
 #include <algorithm>
@@ -155,7 +156,7 @@ struct SwiGLU {
 // ---------------------------------------------------------------------------------------------
 // OneOf<A, B> holds an A or a B (a std::variant), and forward, backward and list_parameters reach the one it holds
 // (std::visit calls the lambda with it): the blocks read as if there were one kind, and a new kind is one more name in
-// the list. model.hpp's norm_of and feed_forward_of choose, once, when a model is built.
+// the list. norm_of and feed_forward_of, below, choose once, when a model is built.
 template <class... Kinds>
 struct OneOf {
     std::variant<Kinds...> block;
@@ -172,3 +173,19 @@ struct OneOf {
 };
 using Norm = OneOf<LayerNorm, RMSNorm>;
 using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
+
+// ---------------------------------------------------------------------------------------------
+// The choice of norm and of feed-forward, made here once, when a model is built: the blocks call these.
+inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
+    if (c.rms_norm) return {RMSNorm(c.d_model)};
+    return {LayerNorm(c.d_model)};
+}
+inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
+    const std::string& name = ACTIVATION_NAMES[int(c.activation)];
+    switch (c.activation) {
+    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};
+    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, !c.no_bias, rng)};
+    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, !c.no_bias, rng)};
+    }
+    return {};  // not reached
+}
