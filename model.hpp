@@ -4,7 +4,7 @@
 // backward(d_out) reads that, adds (+=) into its parameters' grads and returns its input's gradient. n_seq sequences
 // run as one stack of rows: sequence e owns rows e*S .. of the encoder's matrices, e*T .. of the decoder's.
 // The model, stated once: PRE-NORM blocks (x + f(LayerNorm(x))), LayerNorm with the biased variance and eps inside the
-// square root, a final LayerNorm before the output projection. The later chapters plug in where this file includes them.
+// square root, a final LayerNorm before the output projection. Later chapters plug in where this file includes them.
 #pragma once
 
 #include <string>
@@ -276,26 +276,27 @@ struct MultiHeadAttention {
         return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
                       W_v.forward(x_kv), mask, n_seq);
     }
-    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k) -> every head, joined, projected by W_o (decoding: chapter 10).
+    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k) -> every head, joined, projected by W_o (decoding: ch. 10).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-        int T = Q.rows / n_seq, S = K.rows / n_seq, group = n_heads / kv_heads;  // query heads a K, V head
+        int T = Q.rows / n_seq, S = K.rows / n_seq, kv_mul = n_heads / kv_heads;  // query heads a K, V head reads
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
         if (tiles.on) tiles.start(mask, attn_dropout, dropout_draws);
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
-        // attention dropout in turn, since its masks are drawn in order. (Not heads: a group's heads share K and V.)
+        // attention dropout in turn, since its masks are drawn in order. (Not heads: kv_mul of them share one K, V.)
         const bool in_turn = dropout_draws && attn_dropout > 0.0 && !tiles.on;
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             Matrix mask_e = tiles.on ? Matrix() : mask.of_sequence(e, T, S);  // (T, S); in tiles, none
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k, kv_col = h / group * d_k;  // head h owns columns col ..; its K and V, kv_col ..
+                int col = h * d_k, kv_col = h / kv_mul * d_k;  // head h owns columns col ..; its K and V, kv_col ..
                 const double slope = alibi_slopes.empty() ? 0.0 : alibi_slopes[h];
                 Matrix q = take_block(Q, e * T, T, col, d_k), k = take_block(K, e * S, S, kv_col, d_k),
                        v = take_block(V, e * S, S, kv_col, d_k);
-                Matrix O_h = tiles.on ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e,
-                                                        saved[e * n_heads + h], tiles.dropout(e, h, n_heads, T, S), slope)
-                                      : attention(std::move(q), std::move(k), std::move(v), mask_e, saved[e * n_heads + h],
-                                                  attn_dropout, dropout_draws, slope);
+                SavedAttention& kept = saved[e * n_heads + h];
+                Matrix O_h = tiles.on ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e, kept,
+                                                        tiles.dropout(e, h, n_heads, T, S), slope)
+                                      : attention(std::move(q), std::move(k), std::move(v), mask_e, kept, attn_dropout,
+                                                  dropout_draws, slope);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         });
@@ -305,16 +306,16 @@ struct MultiHeadAttention {
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
-        int group = n_heads / kv_heads;
+        int kv_mul = n_heads / kv_heads;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        // exercise heads: begin (uses d_xq d_xkv group)
+        // exercise heads: begin (uses d_xq d_xkv kv_mul)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k, kv_col = h / group * d_k;
+                int col = h * d_k, kv_col = h / kv_mul * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
                 head_backward(take_block(d_joined, e * T, T, col, d_k), e, h, T, S, dQ_h, dK_h, dV_h);
-                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The group's
+                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The kv_mul
                 // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
                 add_into_block(dK_h, e * S, kv_col, dK);
@@ -592,8 +593,8 @@ struct Transformer {
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
     Batch whole_rows;                 // decoder-only: n_seq x (S + T), the rows of source and answer as one
     Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
-    // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams: dropout's
-    // masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
+    // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
+    // dropout's masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
     Rng position_draws{1};
     Rng dropout_draws{1};
     bool training = false;

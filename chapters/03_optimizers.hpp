@@ -10,8 +10,8 @@
 
 #include "../model.hpp"  // ParamList, Transformer
 
-// Each optimizer's row, in OptimizerKind's order: its name (flags, checkpoint), its title (printed), its rate when --lr is
-// not given (momentum's steps are about 1 / (1 - mu) = 10 times SGD's for one rate; Adam's are about lr in every entry).
+// Each optimizer's row, in OptimizerKind's order: its name (flags, checkpoint), its title (printed), its rate when --lr
+// is not given (momentum's steps are about 1 / (1 - mu) = 10 times SGD's for one rate; Adam's about lr in every entry).
 enum class OptimizerKind { sgd, momentum, adam };
 struct OptimizerRow { std::string name, title; double default_lr; };
 const std::vector<OptimizerRow> OPTIMIZERS = {

@@ -6,7 +6,7 @@
 // layer through DecoderBlock, Sublayer, MultiHeadAttention, RMSNorm and SwiGLU (model.hpp, chapters 4 to 6); this
 // chapter reads one DecoderBlock's weights and calls the same primitives in the same order, so
 // 07_llama_layer_test.cpp finds every output and every gradient equal to the model's, bit for bit. What it changes in
-// the first part: nothing. Out of scope here: dropout and attention in tiles (chapter 8); decoding's cache (chapter 10).
+// the first part: nothing. Out of scope here: dropout and attention in tiles (chapter 8); decoding's cache (ch. 10).
 #pragma once
 
 #include <cmath>
