@@ -4,11 +4,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "beam.hpp"
+#include "demos.hpp"  // Demo, the --demo choice
 #include "settings.hpp"  // the one check of the settings
 #include "text.hpp"
 
@@ -48,12 +50,11 @@ struct Options {
     bool finish = false;  // --finish: train the steps the --load file's run had left
     bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
-    std::string demo;                     // one of DEMO_NAMES
+    std::optional<Demo> demo;             // --demo: one of DEMO_NAMES (none: no demonstration)
     int quantize_bits = 0;  // --quantize: the loaded model's matrices to this many bits (0: none)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;
-const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
 const std::string ATTENTION_SVG = "attention.svg", POSITIONS_SVG = "pe.svg", TRAINING_SVG = "training.svg";  // --svg
 
 // The command line, read one flag at a time; each reader takes the flag's value and checks it.
