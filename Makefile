@@ -27,8 +27,8 @@ endif
 # alone, and the same numbers (-ffp-contract=off below). The probe runs once per make.
 NATIVE   := $(shell echo 'int main() {}' | $(CXX) -march=native -x c++ -c -o /dev/null - 2>/dev/null && \
                     echo -march=native)
-# -falign-functions=64: every function starts a cache line, so the hot loops' speed does not move by a
-# few percent when unrelated code grows or shrinks (measured: 2.3% on the default run, from one edit).
+# -falign-functions=64: every function starts a cache line, so the hot loops' speed does not move when
+# unrelated code grows or shrinks (by how much it moved: docs/performance.md).
 CXXFLAGS ?= $(strip -O3 $(NATIVE) -falign-functions=64 -Wall -Wextra -pedantic)
 # The flags the numbers depend on stay out of what a user overrides (make CXXFLAGS=...):
 # -ffp-contract=off: never fuse a * b + c into one FMA instruction. A fused multiply-add rounds

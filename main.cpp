@@ -17,7 +17,7 @@
 #include <cstdio>
 
 #include "workbench/checkpoint.hpp"  // --save, --load
-#include "workbench/demos.hpp"       // --demo scale, softmax, gradcheck
+#include "workbench/demos.hpp"       // --demo NAME: the demonstrations, and the switch that runs one
 #include "workbench/files.hpp"       // --train-data, --sort, atomic writes, output paths
 #include "workbench/history.hpp"     // what a run prints and records as it goes
 #include "workbench/options.hpp"     // the flags and --help
@@ -33,9 +33,7 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
     else if (o.bench) run_bench(o);
     else if (o.speed) run_speed(o);
     else if (o.step_cost) run_step_cost(o);
-    else if (o.demo == "scale") demo_scale();
-    else if (o.demo == "softmax") demo_softmax();
-    else if (o.demo == "gradcheck") demo_gradcheck();
+    else if (o.demo) run_demo(*o.demo);
     else return false;
     return true;
 }

@@ -191,7 +191,7 @@ constexpr int QUANT_ROWS = 4, QUANT_COLS = 64;
 // missing outputs are zeros), and in a block, input by input, the QUANT_COLS weights of that input side by side
 // (int16, as the lanes take them); the scales likewise, group by group. Done once, when a model's matrix is
 // quantized or read (workbench/quantize.hpp): decoding multiplies a few rows at a time (8 for the large model of
-// docs/performance.md), and laying the weights out at every call took 30% of its 8-bit evaluation.
+// docs/performance.md), and laying the weights out at every call cost much of its 8-bit evaluation (how much: there).
 //   packed_q     (blocks, d_in, QUANT_COLS):   packed_q[(b d_in + k) QUANT_COLS + c] = q[b QUANT_COLS + c][k]
 //   packed_scale (blocks, groups, QUANT_COLS): packed_scale[(b groups + g) QUANT_COLS + c] = scale[b QUANT_COLS + c][g]
 inline void pack_weights(Quantized& Wt) {

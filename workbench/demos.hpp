@@ -2,11 +2,28 @@
 // exercises, each printing a table (no training).
 //
 // Sections: why attention divides by sqrt(d_k); why softmax subtracts the row max; the gradient
-// check's step h.
+// check's step h; the one switch that runs them.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "text.hpp"
 #include "../train.hpp"
+
+// The demonstrations, with their names as --demo spells them and what each shows (--help), in the enum's order. A new
+// one is a value, a name and a line here, its function below, and its case in run_demo's switch, which the compiler
+// asks for (-Wswitch).
+enum class Demo { scale, softmax, gradcheck };
+const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
+const std::vector<std::string> DEMO_SHOWS = {"why attention divides its scores by sqrt(d_k)",
+                                             "why softmax subtracts the row max before exp",
+                                             "the central difference's error against its step h"};
+inline std::string demos_help() {  // "scale: why ...; softmax: why ...; gradcheck: ..."
+    std::string help;
+    for (std::size_t k = 0; k < DEMO_NAMES.size(); k++) help += (k ? "; " : "") + DEMO_NAMES[k] + ": " + DEMO_SHOWS[k];
+    return help;
+}
 
 // Scores q.k of random unit-variance vectors have variance d_k. Without the 1/sqrt(d_k) scale,
 // large d_k pushes softmax to one-hot: the top weight nears 1 and the gradient through softmax
@@ -115,4 +132,13 @@ inline void demo_gradcheck() {
     }
     std::printf("\nlarge h: truncation, the error falls as h^2 (two decades per decade of h);\n"
                 "small h: round-off, the error grows as 1/h; tests.cpp uses h = 3e-5, near the bottom of the V.\n");
+}
+
+// --demo NAME: the one place a demonstration is chosen.
+inline void run_demo(Demo demo) {
+    switch (demo) {
+    case Demo::scale: demo_scale(); return;
+    case Demo::softmax: demo_softmax(); return;
+    case Demo::gradcheck: demo_gradcheck(); return;
+    }
 }

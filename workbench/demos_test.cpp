@@ -11,3 +11,12 @@ TEST_CASE("the demonstrations: the naive softmax overflows where the stable one 
     CHECK(P.data[0] == doctest::Approx(0.6652).epsilon(1e-3));
 }
 
+
+TEST_CASE("the demonstrations: each has a name and a line of --help, and each name is in the help, in order") {
+    REQUIRE(DEMO_NAMES.size() == DEMO_SHOWS.size());
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < DEMO_NAMES.size(); k++) {
+        at = demos_help().find(DEMO_NAMES[k] + ": " + DEMO_SHOWS[k], at);
+        CHECK(at != std::string::npos);
+    }
+}

@@ -4,20 +4,22 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "beam.hpp"
+#include "demos.hpp"  // Demo, the --demo choice
 #include "settings.hpp"  // the one check of the settings
 #include "text.hpp"
 
 // Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
 // largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
-// two running means add as much again); a step at batch 16 and an evaluation of it peak at 870 MB at --seq-len 32
-// (docs/performance.md, "Memory"). --seq-len goes to 512 (a decoder-only sequence of 1024) so that a class can see
-// why attention is computed in tiles (--attention flash): there plain attention's weights grow as T x T, and a
-// step of docs/performance.md's model peaks at 700 MB plain, 170 MB in tiles.
+// two running means add as much again); what a step at batch 16 and an evaluation of it peak at, at --seq-len 32, is
+// measured in docs/performance.md ("Memory"). --seq-len goes to 512 (a decoder-only sequence of 1024) so that a class
+// can see why attention is computed in tiles (--attention flash): there plain attention's weights grow as T x T, and
+// a step's peak, plain and in tiles, is measured in docs/performance.md ("Attention in tiles").
 constexpr long MAX_D_MODEL = 256, MAX_HEADS = 64, MAX_D_FF = 1024, MAX_LAYERS = 8, MAX_SEQ_LEN = 512, MAX_DIGIT = 99;
 constexpr int RANDOM_POSITION_SPAN = 4;  // --pos random draws each input's rows from 4 x the longest input's
 constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX_TRAIN_LINES = 1000000;
@@ -48,12 +50,11 @@ struct Options {
     bool finish = false;  // --finish: train the steps the --load file's run had left
     bool llama = false;   // --llama: today's blocks, as the Llama family has them
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
-    std::string demo;                     // one of DEMO_NAMES
+    std::optional<Demo> demo;             // --demo: one of DEMO_NAMES (none: no demonstration)
     int quantize_bits = 0;  // --quantize: the loaded model's matrices to this many bits (0: none)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;
-const std::vector<std::string> DEMO_NAMES = {"scale", "softmax", "gradcheck"};
 const std::string ATTENTION_SVG = "attention.svg", POSITIONS_SVG = "pe.svg", TRAINING_SVG = "training.svg";  // --svg
 
 // The command line, read one flag at a time; each reader takes the flag's value and checks it.

@@ -160,10 +160,9 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run "
                       "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes",
                       false, &O::report_path)),
-            {"--demo", join(DEMO_NAMES, "|"), "scale: why attention divides its scores by sqrt(d_k); softmax: why "
-             "softmax subtracts the row max before exp; gradcheck: the central difference's error against its "
-             "step h (no training)", false,
-             [](O& o, Args& a) { o.demo = DEMO_NAMES[a.choice(DEMO_NAMES)]; }, [](const O& o) { return o.demo; }}}},
+            {"--demo", join(DEMO_NAMES, "|"), demos_help() + " (no training)", false,
+             [](O& o, Args& a) { o.demo = Demo(a.choice(DEMO_NAMES)); },
+             [](const O& o) { return o.demo ? "--demo " + DEMO_NAMES[int(*o.demo)] : ""; }}}},
         {"Keeping and using a model", "./sorter --save model.txt, then ./sorter --load model.txt --sort 5 3 9 1 1",
          false, {
             path_flag("--save", "FILE", "as training ends, write the model to FILE (plain text); it may be the --load "

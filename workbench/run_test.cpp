@@ -142,7 +142,7 @@ TEST_CASE("a diverged run (nan or inf loss) still draws, and is not saved") {
 }
 
 // The report of a run, and of a loaded model: one page, whole, well-formed, with every section; with
-// --load there are no curves. The default run's page is under 1 MB (measured: about 110 kB).
+// --load there are no curves. The default run's page is under 1 MB (its size, measured: docs/performance.md).
 
 TEST_CASE("--report: one self-contained page of the run, and of a loaded model") {
     TempDir dir("report");
