@@ -52,27 +52,42 @@ mask() {
          -e 's/[0-9.]+ us per/<t> us per/g'
 }
 
-names=()
-for build in "$@"; do
-  name=${build%%=*} command=${build#*=}
-  [ "$name" != "$build" ] && [ -n "$command" ] || { echo "same-bits: '$build' is not NAME=COMMAND" >&2; exit 2; }
-  read -r -a argv <<< "$command"
-  for i in "${!argv[@]}"; do  # the runs happen in folders of their own: ./sorter becomes /.../sorter
-    case ${argv[$i]} in /*) ;; */*) argv[$i]=$PWD/${argv[$i]} ;; esac
-  done
-  names+=("$name")
-  mkdir -p "$WORK/$name"
+# Each build runs the configurations in turn, in its own folder; the builds run side by side, as many at a time as
+# there are cores (JOBS=N to choose), those under a runner (qemu) first: they take longest.
+run_build() {  # NAME COMMAND...
+  local name=$1 start n=0 line; shift
   start=$(date +%s)
-  n=0
   while read -r line; do
     n=$((n + 1))
     read -r -a args <<< "$line"
     mkdir -p "$WORK/$name/svg14"
-    (cd "$WORK/$name" && "${argv[@]}" "${args[@]}" > "run$n.out" 2>&1; echo "exit status $?" >> "run$n.out")
+    (cd "$WORK/$name" && "$@" "${args[@]}" > "run$n.out" 2>&1; echo "exit status $?" >> "run$n.out")
   done <<< "$CONFIGS"
   for f in "$WORK/$name"/*.out "$WORK/$name"/*.html; do mask < "$f" > "$f.masked" && mv "$f.masked" "$f"; done
-  echo "$name: $n configurations in $(( $(date +%s) - start )) s ($command)"
+  echo "$name: $n configurations in $(( $(date +%s) - start )) s ($*)" > "$WORK/$name.time"
+}
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+names=() runners=() direct=()
+for build in "$@"; do
+  name=${build%%=*} command=${build#*=}
+  [ "$name" != "$build" ] && [ -n "$command" ] || { echo "same-bits: '$build' is not NAME=COMMAND" >&2; exit 2; }
+  names+=("$name")
+  mkdir -p "$WORK/$name"
+  case ${command%% *} in */*) direct+=("$build") ;; *) runners+=("$build") ;; esac
 done
+pids=()
+for build in ${runners[@]+"${runners[@]}"} ${direct[@]+"${direct[@]}"}; do
+  name=${build%%=*} command=${build#*=}
+  read -r -a argv <<< "$command"
+  for i in "${!argv[@]}"; do  # the runs happen in folders of their own: ./sorter becomes /.../sorter
+    case ${argv[$i]} in /*) ;; */*) argv[$i]=$PWD/${argv[$i]} ;; esac
+  done
+  if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  run_build "$name" "${argv[@]}" &
+  pids+=($!)
+done
+wait
+for name in "${names[@]}"; do cat "$WORK/$name.time"; done
 
 first=${names[0]} status=0
 files=$(cd "$WORK/$first" && find . -type f | sort)

@@ -27,11 +27,24 @@ seconds_of() {  # how long a command takes, in seconds (bash's own timer: date +
   { time "$@" >/dev/null 2>&1; } 2>&1
 }
 moment() { awk -v span="$1" -v r=$RANDOM 'BEGIN { printf "%.3f", span * r / 32767 }'; }  # bash's draw, evenly
+# The runs go side by side, as many at a time as there are cores (JOBS=N to choose); a run's span is measured so too.
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+several() {  # COUNT FUNCTION ARGS...: FUNCTION ARGS N for N = 1 .. COUNT, JOBS at a time; their outputs in order
+  local count=$1 out n pids=(); shift
+  out=$(mktemp -d "$WORK/several-XXXXXX")
+  for n in $(seq "$count"); do
+    if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    "$@" "$n" > "$out/$n" &
+    pids+=($!)
+  done
+  wait
+  for n in $(seq "$count"); do cat "$out/$n"; done
+}
+whole_run() { mkdir -p "$WORK/whole$1/svg"; "$BIN" "${RUN[@]}" --save "$WORK/whole$1/m.txt" --report "$WORK/whole$1/r.html" --svg "$WORK/whole$1/svg"; }
 
 if [ $((INT + TERM_RUNS + HUP)) -gt 0 ]; then
-  mkdir -p "$WORK/whole/svg"
-  span=$(seconds_of "$BIN" "${RUN[@]}" --save "$WORK/whole/m.txt" --report "$WORK/whole/r.html" --svg "$WORK/whole/svg")
-  echo "a whole run takes $span s; the signals come at moments drawn from 0 to $span s"
+  span=$(seconds_of several "$JOBS" whole_run)
+  echo "a whole run takes $span s ($JOBS at a time); the signals come at moments drawn from 0 to $span s"
 fi
 
 # One run of RUN, signal SIG at a random moment; then every output checked. Prints the phase it stopped in.
@@ -68,7 +81,7 @@ signal_run() {
 for plan in "INT $INT" "TERM $TERM_RUNS" "HUP $HUP"; do
   set -- $plan
   [ "$2" -gt 0 ] || continue
-  phases=$(for n in $(seq "$2"); do signal_run "$1" "$n"; done | sort | uniq -c | sed 's/^ */  /')
+  phases=$(several "$2" signal_run "$1" | sort | uniq -c | sed 's/^ */  /')
   echo "SIG$1, $2 runs, stopped in:"
   echo "$phases"
 done
@@ -115,32 +128,36 @@ loaded_run() {
 if [ "$LOADED" -gt 0 ]; then
   "$BIN" --steps 300 "${LRUN[@]}" --save "$WORK/small.txt" >/dev/null 2>&1 || fail "the model to load was not trained"
   for sig in INT TERM HUP; do
-    phases=$(for n in $(seq "$LOADED"); do loaded_run "$sig" "$n"; done | sort | uniq -c | sed 's/^ */  /')
+    phases=$(several "$LOADED" loaded_run "$sig" | sort | uniq -c | sed 's/^ */  /')
     echo "SIG$sig at a loaded model (--load, no training), $LOADED runs, stopped in:"
     echo "$phases"
   done
 fi
 
+KRUN=(--steps 2000 --dropout 0.1 --optimizer adam --eval-every 1000000)
+kill_whole() { "$BIN" "${KRUN[@]}" --save "$WORK/kill/whole$1.txt"; }
+kill_run() {  # N: a run killed at a random moment, then finished; its checkpoint against the whole run's
+  local k="$WORK/kill/k$1.txt" at pid kept
+  at=$(moment "$kspan")
+  "$BIN" "${KRUN[@]}" --save "$k" --save-every 50 >/dev/null 2>&1 &
+  pid=$!
+  sleep "$at"
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  rm -f "$k".tmp-*
+  if [ ! -f "$k" ]; then echo "  SIGKILL at $at s: before the first checkpoint"; return; fi
+  kept=$(grep -m1 '^updates ' "$k" | cut -d' ' -f2)
+  if [ "$kept" -lt 2000 ]; then "$BIN" --load "$k" --finish --save "$k" >/dev/null 2>&1 || fail "--finish from step $kept"; fi
+  if cmp -s "$k" "$WORK/kill/whole1.txt"; then echo "  SIGKILL at $at s: checkpoint of step $kept, finished"
+  else fail "SIGKILL at $at s (step $kept): not the same bytes"; echo "  SIGKILL at $at s: step $kept, NOT the same bytes"; fi
+}
 if [ "$KILL_RUNS" -gt 0 ]; then
-  KRUN=(--steps 2000 --dropout 0.1 --optimizer adam --eval-every 1000000)
   mkdir -p "$WORK/kill"
-  kspan=$(seconds_of "$BIN" "${KRUN[@]}" --save "$WORK/kill/whole.txt")
-  same=0 none=0
-  for n in $(seq "$KILL_RUNS"); do
-    k="$WORK/kill/k$n.txt"
-    at=$(moment "$kspan")
-    "$BIN" "${KRUN[@]}" --save "$k" --save-every 50 >/dev/null 2>&1 &
-    pid=$!
-    sleep "$at"
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    rm -f "$k".tmp-*
-    if [ ! -f "$k" ]; then none=$((none + 1)); continue; fi  # killed before step 50: nothing to finish
-    kept=$(grep -m1 '^updates ' "$k" | cut -d' ' -f2)
-    if [ "$kept" -lt 2000 ]; then "$BIN" --load "$k" --finish --save "$k" >/dev/null 2>&1 || fail "--finish from step $kept"; fi
-    if cmp -s "$k" "$WORK/kill/whole.txt"; then same=$((same + 1)); else fail "SIGKILL at $at s (step $kept): not the same bytes"; fi
-    echo "  SIGKILL at $at s: checkpoint of step $kept, finished"
-  done
+  kspan=$(seconds_of several "$JOBS" kill_whole)
+  for j in $(seq 2 "$JOBS"); do cmp -s "$WORK/kill/whole1.txt" "$WORK/kill/whole$j.txt" || fail "two whole runs differ"; done
+  lines=$(several "$KILL_RUNS" kill_run)
+  echo "$lines"
+  same=$(grep -c ", finished$" <<< "$lines") none=$(grep -c "before the first checkpoint" <<< "$lines")
   echo "SIGKILL, $KILL_RUNS runs over $kspan s: $same finished byte-identical to the whole run, $none killed before the first checkpoint"
 fi
 if [ -s "$WORK/failures" ]; then echo "make signals: $(wc -l < "$WORK/failures") failures"; exit 1; fi
