@@ -47,7 +47,7 @@ struct Quantized {
 // the product of the dequantized values up to those few roundings (tests.cpp), and it has no order to disagree on:
 // the same bits on every thread count and every build. Its error against the float model is the weights' rounding
 // above, plus the activations' (half a step of scale_x each).
-// (Quantized, the integers and scales of a matrix, is defined beside Param, at the top of this file.)
+// (Quantized, the integers and scales of a matrix, is defined at the top of this file; Param holds it: matrix.hpp.)
 // The group of a width: runq.c's 64 (8 bits) or llama.cpp's 32 (fewer bits), halved until it divides the width.
 inline int group_for(int bits, int width) {
     int group = bits == 8 ? 64 : 32;
