@@ -28,11 +28,11 @@
 // =============================================================================================
 // 1. The runs that do one thing and stop
 // =============================================================================================
+inline void time_model(Options o);  // --speed, --step-cost: section 2, once the model is built or loaded
 inline bool run_alone(const Options& o) {  // false: none was asked for
     if (o.help) print_help();
     else if (o.bench) run_bench(o);
-    else if (o.speed) run_speed(o);
-    else if (o.step_cost) run_step_cost(o);
+    else if (o.speed || o.step_cost) time_model(o);
     else if (o.demo) run_demo(*o.demo);
     else return false;
     return true;
@@ -43,14 +43,21 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
 // =============================================================================================
 // A new model from the flags, or the one --load names. With --load, the options then say what the checkpoint
 // holds (--steps stays: how many steps more, and a file that did not keep its seed leaves it unknown), and
-// `state` and `origin` where its training stood and what it was made from.
+// `state` and `origin` where its training stood and what it was made from. A model that will train (--steps, --finish,
+// --speed, --step-cost) has its step's memory checked before the step allocates anything (workbench/memory.hpp): a new
+// one's by parse_options, a loaded one's here, with the batch and attention its checkpoint keeps.
 inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) {
     origin.seed = long(o.seed);
     if (o.load_path.empty()) return Transformer(o.model, o.seed);
     const long steps = o.train.steps;
+    const bool trains = steps > 0 || o.finish || o.speed || o.step_cost;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
-    if (model.config.bits > 0 && (steps > 0 || o.finish))  // (--quantize with training is refused by parse_options)
+    if (model.config.bits > 0 && trains)  // (--quantize with training is refused by parse_options)
         fail("--load " + cannot_train_text(o.load_path, model.config.bits));  // workbench/quantize.hpp
+    if (trains)
+        if (std::string problem = step_memory_problem(model.config, o.data, o.train, threads.count(), o.load_path);
+            !problem.empty())
+            fail(problem);
     if (o.quantize_bits > 0 && model.config.bits > 0)
         fail(fmt("--quantize %d: --load %s is quantized already (%d bits); quantize the float model it came from",
                  o.quantize_bits, o.load_path.c_str(), model.config.bits));
@@ -61,6 +68,15 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     o.seed_unknown = origin.seed < 0;
     if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
     return model;
+}
+
+// --speed and --step-cost: the model the flags give, or the one --load names (with its own batch and data), timed.
+inline void time_model(Options o) {
+    TrainState state(o.train, o.seed);
+    Origin origin;
+    Transformer model = build_or_load(o, state, origin);
+    if (o.speed) run_speed(o, model);
+    else run_step_cost(o, model);
 }
 
 // The line a loaded model starts with.
@@ -144,7 +160,8 @@ inline int run(Options o) {
     if (!o.train_data_path.empty()) pool = load_train_data(o.train_data_path, o.data);
     if (!o.load_path.empty())  // the file a model trained on, or none: its held-out set stays the same
         check_train_data(o.load_path, o.train_data_path, origin, pool, reads_held_out(o));
-    origin.train_lines = long(pool.size()), origin.train_fingerprint = pool.empty() ? 0 : pool_fingerprint(pool);
+    if (!pool.empty())  // (a loaded model keeps its own: a file of it saved again without --train-data keeps the line)
+        origin.train_lines = long(pool.size()), origin.train_fingerprint = pool_fingerprint(pool);
     const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();
     std::vector<int> digits;

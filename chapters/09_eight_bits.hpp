@@ -93,8 +93,13 @@ inline Matrix dequantize(const Quantized& Q) {  // -> (rows, cols): q * scale, e
             Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
     return Wt;
 }
-// One group of n activations x quantized Q8_0 into qx: returns its scale.
+// One group of n activations x quantized Q8_0 into qx: returns its scale. A group holding an inf or a NaN (a model
+// whose values overflowed) has none: every q is 0 and the scale NaN, so its outputs are NaN, as a float product's are.
 inline double quantize_activations(const double* x, int n, int8_t* qx) {
+    if (!std::all_of(x, x + n, [](double v) { return std::isfinite(v); })) {
+        std::fill(qx, qx + n, int8_t(0));
+        return std::numeric_limits<double>::quiet_NaN();
+    }
     const double scale = group_scale(x, n, 8);
     for (int k = 0; k < n; k++) qx[k] = int8_t(scale == 0.0 ? 0 : rounded(x[k] / scale));
     return scale;

@@ -240,24 +240,26 @@ inline void quantized_tile(const int8_t* qx, const double* scale_x, int d_in, in
 }
 // matrix.hpp's quantize_activations, the same bits, in a form the compiler puts in vector lanes: the largest size
 // kept per lane (8 maxima, then the largest of them: a maximum has no order, and a comparison skips a NaN in either
-// form), and rounded() with no branch.
+// form), and rounded() with no branch. An inf or a NaN is found as a sum of x * 0 that is not 0 (inf * 0 is NaN).
 inline double quantize_activations_fast(const double* x, int n, int8_t* qx) {
     constexpr int L = 8;
-    double lane[L] = {};
+    double lane[L] = {}, times_zero[L] = {};
     int k = 0;
     for (; k + L <= n; k += L)
         for (int l = 0; l < L; l++) {
             const double size = std::fabs(x[k + l]);
             lane[l] = lane[l] < size ? size : lane[l];
+            times_zero[l] += x[k + l] * 0.0;
         }
-    double largest = 0.0;
+    double largest = 0.0, not_finite = 0.0;
     for (; k < n; k++) {
         const double size = std::fabs(x[k]);
         largest = largest < size ? size : largest;
+        not_finite += x[k] * 0.0;
     }
-    for (int l = 0; l < L; l++) largest = largest < lane[l] ? lane[l] : largest;
-    const double scale = largest / 127.0;  // group_scale's rule at 8 bits
-    if (scale == 0.0) {
+    for (int l = 0; l < L; l++) largest = largest < lane[l] ? lane[l] : largest, not_finite += times_zero[l];
+    const double scale = not_finite != 0.0 ? not_finite : largest / 127.0;  // a NaN, or group_scale's rule at 8 bits
+    if (scale == 0.0 || not_finite != 0.0) {
         for (k = 0; k < n; k++) qx[k] = 0;
         return scale;
     }

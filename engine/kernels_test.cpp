@@ -126,3 +126,35 @@ TEST_CASE("quantized product: activations quantized in lanes as quantize_activat
         CHECK(got == want);
     }
 }
+
+// A group holding an inf or a NaN (a model whose values overflowed) has no scale: every q 0 and the scale NaN, in
+// both forms, never a NaN converted to an integer; and the product's rows that read it are NaN, the others as before.
+TEST_CASE("quantized product: an inf or a NaN among the activations gives NaN, never a NaN made an integer") {
+    const double inf = HUGE_VAL, nan = std::nan("");
+    for (double bad : {inf, -inf, nan})
+        for (int n : {64, 17, 3})
+            for (int at : {0, n - 1}) {
+                std::vector<double> x(static_cast<std::size_t>(n), 0.5);
+                x[std::size_t(at)] = bad;
+                std::vector<int8_t> want(x.size(), 1), got(x.size(), 1);
+                CHECK(std::isnan(quantize_activations(x.data(), n, want.data())));
+                CHECK(std::isnan(quantize_activations_fast(x.data(), n, got.data())));
+                CHECK(want == std::vector<int8_t>(x.size(), 0));
+                CHECK(got == want);
+            }
+    Rng rng(15);
+    Matrix X(9, 64), Wt(5, 64);
+    for (double& v : X.data) v = rng.uniform(-2.0, 2.0);
+    for (double& v : Wt.data) v = rng.uniform(-0.3, 0.3);
+    const Quantized Q = quantize(Wt, 8);
+    const Matrix before = quantized_product(X, Q);
+    X.at(2, 7) = inf, X.at(6, 63) = nan;
+    const Matrix slow = quantized_product(X, Q), fast = quantized_product_fast(X, Q);
+    for (int i = 0; i < X.rows; i++)
+        for (int j = 0; j < Wt.rows; j++) {
+            const bool broken = i == 2 || i == 6;
+            CHECK(std::isnan(slow.at(i, j)) == broken);
+            CHECK(std::isnan(fast.at(i, j)) == broken);
+            if (!broken) CHECK((slow.at(i, j) == before.at(i, j) && fast.at(i, j) == before.at(i, j)));
+        }
+}

@@ -4,11 +4,12 @@
 // and -DFUZZ_<TARGET>, then runs it for FUZZ_SECONDS (default 60) from its seed corpus in
 // fuzz/corpus/<target>/. A target passes when no input crashes, hangs, leaks or trips a sanitizer:
 // a bad input may only end in the UsageError whose one line main() prints.
-//   checkpoint   read_checkpoint: the --load file
+//   checkpoint   read_checkpoint: the --load file (float64 and quantized: tiny-q4.txt, tiny-q8.txt)
 //   train_data   read_train_data: the --train-data file
 //   options      parse_options: a command line (the input's words, split at NUL or newline)
 //   pictures     a model read from a checkpoint, then every picture drawn from it: the terminal
-//                heatmaps, --trace-shapes, --params and the SVG documents (weights may be huge)
+//                heatmaps, --trace-shapes, --params and the SVG documents (weights may be huge); a quantized
+//                model decodes in integers (engine/kernels.hpp), its scales and whole numbers fuzzed
 #include "../workbench/checkpoint.hpp"  // read_checkpoint
 #include "../workbench/files.hpp"       // read_train_data
 #include "../workbench/inspect.hpp"     // trace_shapes, print_params

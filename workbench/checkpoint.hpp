@@ -205,9 +205,11 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
     for (auto& [name, p] : params) {
         Matrix& m = p->value;
         std::string w = r.next(), tensor = "tensor '" + name + "'";
-        if (w.empty()) r.error("the file ends early (truncated): " + tensor + " is missing");
+        if (w.empty() || r.cut_inside(w, "tensor"))
+            r.error("the file ends early (truncated): " + tensor + " is missing");
         if (w != "tensor") r.error(tensor + " is missing (found '" + w + "' where it should start)");
-        std::string got = r.expect("a tensor name");
+        std::string got = r.expect("the name of " + tensor);
+        if (r.cut_inside(got, name)) r.error("the file ends early (truncated) inside the name of " + tensor);
         if (got != name && std::any_of(params.begin(), params.end(), [&](auto& q) { return q.first == got; }))
             r.error(tensor + " is missing (found '" + got + "' in its place)");
         if (got != name) r.error("unknown tensor '" + got + "'");
@@ -242,11 +244,17 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     t = TrainConfig(), state = TrainState(t, 1), origin = Origin();  // version 1 keeps no training: --steps starts
                                                                      // afresh with the training flags' defaults
     std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
-    if (w.empty()) r.error("the file ends early (truncated): expected " + last);
-    if (w == "tensor") r.error("unknown tensor '" + r.next() + "' after the last one this configuration has");
+    if (w.empty() || r.cut_inside(w, version == "1" ? "end" : "training"))
+        r.error("the file ends early (truncated): expected " + last);
+    if (w == "tensor") {
+        std::string extra = r.next();
+        if (extra.empty()) r.error("the file ends early (truncated): expected " + last);
+        r.error("unknown tensor '" + extra + "' after the last one this configuration has");
+    }
     if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
     if (version != "1") read_training(r, model, t, state, origin, std::stoi(version));
     if (version != "1") w = r.expect("'end'");
+    if (r.cut_inside(w, "end")) r.error("the file ends early (truncated): expected 'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();
     if (!w.empty()) r.error("unexpected '" + w + "' after 'end'");

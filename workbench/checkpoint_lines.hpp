@@ -163,10 +163,20 @@ inline void write_settings(FILE* f, const std::vector<SettingRow>& table, const 
     for (const SettingRow& row : table)
         if (row.version <= version) std::fprintf(f, "%s %s\n", row.name.c_str(), row.text(s).c_str());
 }
+// A line the file's version does not have, in its place, says which version brought it.
 inline void read_settings(WordReader& r, const std::vector<SettingRow>& table, Settings& s, int version) {
     s.version = version;
-    for (const SettingRow& row : table)
-        if (row.version <= version) row.read(s, r);
+    for (const SettingRow& row : table) {
+        if (row.version > version) continue;
+        const std::string w = r.next();
+        r.put_back(w);
+        for (const SettingRow& later : table)
+            if (w == later.name && later.version > version)
+                r.error(fmt("the line '%s' came in version %d, and this file says version %d (a file with it is "
+                            "version %d or later: its first line 'sorter-checkpoint %d')", w.c_str(), later.version,
+                            version, later.version, later.version));
+        row.read(s, r);
+    }
 }
 
 // The newest version, the newest row's; versions 1 to it are read. A model of the 2017 paper's blocks is written as

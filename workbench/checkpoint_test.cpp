@@ -124,6 +124,46 @@ TEST_CASE("checkpoint: a file older than version 6 may not name rope, alibi or s
     }
 }
 
+// A version 6 file holding a line of version 7 (no_bias, attention, bits) says so, rather than "expected 'task',
+// found 'no_bias'"; so does a training line a file's version does not have. And a file cut inside a word names
+// what it was cut in: before, a file ending at "tensor d" (of decoder.0...) said "unknown tensor 'd'".
+TEST_CASE("checkpoint: a line of a later version, and a file cut inside a word, are said as such") {
+    ModelConfig c;
+    DataConfig d;
+    small_trained_model(c, d);
+    c.arch = Arch::decoder_only, c.enc_layers = 0, c.max_len = positions_read(c, d.seq_len);  // (version 6)
+    Transformer model(c, 3);
+    const std::string six = checkpoint_text(model, Kept{d});
+    REQUIRE(six.rfind("sorter-checkpoint 6\n", 0) == 0);
+    for (const std::string line : {"attention plain", "no_bias 0", "bits 0"}) {
+        INFO(line);
+        const std::string key = split_words(line)[0];
+        CHECK(load_error(replace_once(six, "\ntask ", "\n" + line + "\ntask ")) ==
+              "--load model.txt line 19: the line '" + key + "' came in version 7, and this file says version 6 (a "
+              "file with it is version 7 or later: its first line 'sorter-checkpoint 7')");
+    }
+    ModelConfig paper_config;
+    DataConfig paper_data;
+    Transformer paper = small_trained_model(paper_config, paper_data);  // (version 5)
+    const std::string three = as_version(checkpoint_text(paper, Kept{paper_data}), 3);
+    CHECK(contains(load_error(replace_once(three, "\nupdates ", "\nseed 1\nupdates ")),
+                   "the line 'seed' came in version 4, and this file says version 3"));
+    // Cut inside a word: a tensor's name, the word tensor, a key, training, end.
+    const std::size_t tensor_d = six.find("tensor decoder.0.norm1.gamma");
+    REQUIRE(tensor_d != std::string::npos);
+    CHECK(load_error(six.substr(0, tensor_d + 8)) ==
+          "--load model.txt line 42: the file ends early (truncated) inside the name of tensor 'decoder.0.norm1.gamma'");
+    CHECK(contains(load_error(six.substr(0, tensor_d + 3)),
+                   "the file ends early (truncated): tensor 'decoder.0.norm1.gamma' is missing"));
+    CHECK(contains(load_error(six.substr(0, six.find("\ntraining\n") + 5)), "truncated): expected 'training'"));
+    CHECK(contains(load_error(six.substr(0, six.find("\nd_model ") + 4)), "truncated) inside 'd_model'"));
+    CHECK(contains(load_error(six.substr(0, six.size() - 2)), "truncated): expected 'end'"));
+    CHECK(contains(load_error(six.substr(0, six.find("\ntraining\n") + 1) + "tensor"),
+                   "truncated): expected 'training'"));
+    CHECK(contains(load_error(replace_once(six, "\ntensor decoder.0.norm1.gamma", "\ntensor d")),  // a whole word
+                   "unknown tensor 'd'"));                                                          // (not cut)
+}
+
 // Training goes on from a checkpoint as if it had never stopped: 12 steps, saved, loaded, 12 more give
 // the same bits as 24 steps in one go, for each optimizer (constant rate: a schedule would see a longer
 // run). The checkpoint keeps the optimizer's update count and running means, and the training draws; with a
@@ -294,7 +334,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
              {"v3: decay flips", replace_once(v3, "weight_decay 0.5", "weight_decay 9"), {"lr x weight_decay"}},
              {"v3: bad dropout draws", replace_once(v3, "dropout_draws ", "dropout_draws -"), {"dropout_draws -"}},
              {"v2 with v3 lines", replace_once(v3, "sorter-checkpoint 3", "sorter-checkpoint 2"),
-              {"expected 'task'", "found 'tie_embeddings'"}}}) {
+              {"line 13: the line 'tie_embeddings' came in version 3, and this file says version 2"}}}) {
         std::string message = load_error(k.text);
         INFO(k.what << ": " << message);
         for (const std::string& part : k.must_say) CHECK(contains(message, part));

@@ -13,6 +13,11 @@
 // diagnosis, the gradient check and the blocks' checks; exercise_grade.hpp, the training run, the grade and main.
 #pragma once
 
+#include <fcntl.h>     // open with O_EXCL (POSIX): each file of the hand-out is new
+#include <sys/stat.h>  // fchmod: a file keeps its mode (the scripts stay executable)
+#include <unistd.h>    // write, fsync, getpid
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -123,34 +128,122 @@ inline std::string cut(const std::string& text, const std::string& name) {
     return out;
 }
 
+// What stands at DIR, for the hand-out (nothing, a directory, a dangling link, a file, a device), said as one line
+// that names the way out; "" when DIR is new or an empty directory (a link to one: the directory it names). `to`
+// becomes the path the copy is renamed to.
+inline std::string where_copy_cannot_go(const std::string& dir, std::string& to) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string at = "make exercise: DIR=" + dir + " ";
+    to = dir;
+    while (to.size() > 1 && to.back() == '/') to.pop_back();  // "copy/" is the folder copy
+    const fs::file_status link = fs::symlink_status(to, ec);
+    if (fs::is_symlink(link)) {
+        const fs::path target = fs::read_symlink(to, ec);
+        if (!fs::exists(fs::status(to, ec)))
+            return at + "is a link to " + target.string() + ", which does not exist: name a new directory";
+        if (!fs::is_directory(fs::status(to, ec)))
+            return at + "is a link to " + target.string() + ", which is not a directory: name a new directory";
+        to = fs::canonical(to, ec).string();
+        if (ec) return at + "is a link that cannot be followed (" + ec.message() + "): name a new directory";
+    }
+    const fs::file_status there = fs::status(to, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+        return at + "cannot be looked at (" + ec.message() + "): name a new directory";
+    if (!fs::exists(there)) return "";
+    if (fs::is_regular_file(there)) return at + "is a file, not a directory: name a new directory";
+    if (!fs::is_directory(there))
+        return at + "is not a directory (a device, a pipe or a socket): name a new directory";
+    if (!fs::is_empty(to, ec) || ec) return at + "is not empty: name a new directory";
+    return "";
+}
+// `text` into the new file `path`, with `mode`; every write checked, the file on the disk before it returns. Returns
+// "" or what went wrong ("No space left on device").
+inline std::string write_new_file(const std::string& path, const std::string& text, mode_t mode) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
+    if (fd < 0) return std::strerror(errno);
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += std::size_t(n);
+    }
+    int error = done < text.size() ? (errno ? errno : EIO) : 0;
+    if (!error && (fchmod(fd, mode & 07777) != 0 || fsync(fd) != 0)) error = errno;  // (open's mode meets the umask)
+    if (close(fd) != 0 && !error) error = errno;
+    return error ? std::strerror(error) : "";
+}
+// A file of the repository, whole; fails when it cannot be read (an unreadable file must not be handed out empty).
+inline std::string read_source(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in || in.bad()) fail("make exercise: cannot read " + file + " (" + std::strerror(errno) + ")");
+    return text.str();
+}
+
 // A student's copy in dir (new, or empty) of `files` (the repository's: git ls-files) with the exercises `names`
 // cut out (one, or several: "layernorm rmsnorm", whose answers are alike). No history goes with it, nor the
 // exercises' tests (workbench/exercise*_test.cpp: exercise_check_test.cpp plants bugs into copies of the answers).
+// The copy is whole or absent: it is written into a new folder beside dir (.NAME.hand-out-PID), every write checked
+// and each file on the disk, then renamed to dir in one step; on any failure the folder is removed and dir is as it
+// was, so the next call is not refused.
 inline void hand_out(const std::string& names, const std::string& dir, const std::vector<std::string>& files) {
     namespace fs = std::filesystem;
     if (split_words(names).empty()) fail("make exercise: name one: make exercise NAME=softmax DIR=path");
     for (const std::string& name : split_words(names)) exercise_named(name);
     if (dir.empty()) fail("make exercise: name the student's copy: DIR=path (a new or empty directory)");
-    if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir)))
-        fail("make exercise: DIR=" + dir + " is not empty: name a new directory");
+    if (files.empty())
+        fail("make exercise: git lists no files here: run it in the repository, a git clone (the copy takes the "
+             "files git tracks; a student's copy has no git, and hands out nothing)");
+    std::string to;
+    if (std::string problem = where_copy_cannot_go(dir, to); !problem.empty()) fail(problem);
+    std::error_code ec;
+    const fs::path parent = fs::path(to).parent_path().empty() ? fs::path(".") : fs::path(to).parent_path();
+    fs::create_directories(parent, ec);  // as mkdir -p: the folders above DIR
+    if (ec || !fs::is_directory(parent, ec))
+        fail("make exercise: DIR=" + dir + ": cannot make its folder " + parent.string() + " (" +
+             (ec ? ec.message() : std::string("not a directory")) + "): name a directory where one can be made");
+    const fs::path temporary = parent / ("." + fs::path(to).filename().string() + ".hand-out-" +
+                                         std::to_string(long(getpid())));
+    if (!fs::create_directory(temporary, ec) || ec)
+        fail("make exercise: DIR=" + dir + ": cannot make a folder in " + parent.string() + " (" +
+             (ec ? ec.message() : std::string("it exists")) + "): name a directory where one can be made");
+    auto give_up = [&](const std::string& why) {  // the folder goes, DIR stays as it was
+        std::error_code ignored;
+        fs::remove_all(temporary, ignored);
+        fail(why);
+    };
     auto exercise_test = [](const std::string& file) {  // workbench/exercise*_test.cpp
         return starts_with(file, "workbench/exercise") && file.find("_test.cpp") == file.size() - 9;
     };
     int gaps = 0;
-    for (const std::string& file : files) {
-        if (exercise_test(file) || !fs::is_regular_file(file)) continue;
-        std::string copy = read_all(file);
-        for (const std::string& name : split_words(names)) {
-            const std::string before = copy;
-            copy = cut(before, name);
-            gaps += copy != before;
+    try {
+        for (const std::string& file : files) {
+            if (exercise_test(file) || !fs::is_regular_file(file, ec)) continue;
+            std::string copy = read_source(file);
+            for (const std::string& name : split_words(names)) {
+                const std::string before = copy;
+                copy = cut(before, name);
+                gaps += copy != before;
+            }
+            const fs::path path = temporary / file;
+            fs::create_directories(path.parent_path(), ec);
+            const std::string error = ec ? ec.message()
+                                         : write_new_file(path.string(), copy, mode_t(fs::status(file).permissions()));
+            if (!error.empty())
+                give_up("make exercise: cannot write " + (fs::path(dir) / file).string() + " (" + error +
+                        "); nothing was written to " + dir);
         }
-        const fs::path to = fs::path(dir) / file;
-        fs::create_directories(to.parent_path());
-        std::ofstream(to, std::ios::binary) << copy;
-        fs::permissions(to, fs::status(file).permissions());  // the scripts stay executable
+    } catch (const fs::filesystem_error& e) {
+        give_up("make exercise: " + std::string(e.what()) + "; nothing was written to " + dir);
+    } catch (const UsageError& e) {  // a file that cannot be read, a marker left open, a write refused (give_up's)
+        give_up(e.message);
     }
-    if (gaps < int(split_words(names).size())) fail("make exercise: the files given hold no answer to cut out");
+    if (gaps < int(split_words(names).size())) give_up("make exercise: the files given hold no answer to cut out");
+    if (std::rename(temporary.c_str(), to.c_str()) != 0)  // in one step (an empty directory at DIR is replaced)
+        give_up("make exercise: DIR=" + dir + ": cannot rename the copy into place (" + std::strerror(errno) + ")");
     std::printf("wrote %s: exercise %s cut out. The student runs make && ./sorter, then make check\n", dir.c_str(),
                 names.c_str());
 }

@@ -107,6 +107,10 @@ struct WordReader {
         }
         return w;
     }
+    // The word just read ran to the end of the file and begins `whole`, which it is not: the file was cut inside it.
+    bool cut_inside(const std::string& w, const std::string& whole) {
+        return in.peek() == EOF && w.size() < whole.size() && whole.compare(0, w.size(), w) == 0;
+    }
     std::string expect(const std::string& what) {  // the next word, which must be there
         std::string w = next();
         if (w.empty()) error("the file ends early (truncated): expected " + what);
@@ -114,6 +118,7 @@ struct WordReader {
     }
     std::string value_of(const std::string& key) {  // the value after "key", on the same line
         std::string w = expect("'" + key + "'");
+        if (cut_inside(w, key)) error("the file ends early (truncated) inside '" + key + "'");
         if (w != key) error("expected '" + key + "', found '" + w + "'");
         long long key_line = line;
         w = expect("the value of " + key);

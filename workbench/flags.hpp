@@ -14,7 +14,8 @@
 #include "settings.hpp"  // the one check of the settings
 #include "text.hpp"
 
-// Caps on every size, so that no flag and no checkpoint can ask for a huge allocation. The
+// Caps on every size, so that no flag and no checkpoint can ask for a huge model; a training step, which grows with
+// --batch and --seq-len too, is counted whole before it starts (workbench/memory.hpp, MAX_STEP_BYTES). The
 // largest model they allow has about 15 million parameters (about 250 MB with the gradients; Adam's
 // two running means add as much again); what a step at batch 16 and an evaluation of it peak at, at --seq-len 32, is
 // measured in docs/performance.md ("Memory"). --seq-len goes to 512 (a decoder-only sequence of 1024) so that a class
@@ -27,9 +28,6 @@ constexpr double MAX_LR = 10.0;
 constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
 constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
 constexpr double MAX_LENGTH_PENALTY = 5.0;
-// Plain attention keeps every head's weights, T x S doubles, for its backward: a training run that would keep more
-// than this is refused before it starts (with --attention flash it keeps none), rather than killed by the system.
-constexpr double MAX_PLAIN_ATTENTION_BYTES = 4e9;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flags.hpp"
+#include "memory.hpp"  // a training step's memory, checked before it starts
 
 // The cores this process may run on: Linux's affinity mask (taskset, a container's cpuset), else what the C++ library
 // says, else 1.
@@ -194,10 +195,12 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Speed", "", false, {
             switch_flag("--bench", "print the speed table instead of training (make bench runs it)", false, true,
                         &O::bench),
-            switch_flag("--speed", "measure training examples/s of the model and batch the other flags give, then "
-                        "time one held-out evaluation (make compare runs it)", false, true, &O::speed),
-            switch_flag("--step-cost", "time a training step of the model and batch the other flags give (the median "
-                        "of 5, no evaluation) and print the peak memory", false, true, &O::step_cost),
+            switch_flag("--speed", "measure training examples/s of the model and batch the other flags give (or the "
+                        "--load file's), then time one held-out evaluation (make compare runs it)", false, true,
+                        &O::speed),
+            switch_flag("--step-cost", "time a training step of the model and batch the other flags give (or the "
+                        "--load file's; the median of 5, no evaluation) and print the peak memory", false, true,
+                        &O::step_cost),
             {"--threads", "N", fmt("threads for the matrix products, attention and decoding; every result is the "
              "same, bit for bit, for any N (default: the cores available; at most %ld)", MAX_THREADS), false,
              [](O& o, Args& a) { o.thread_count = int(a.whole(1, MAX_THREADS)); },
@@ -315,19 +318,10 @@ inline Options parse_options(int argc, char** argv) {
     if (!o.load_path.empty() && !was_given("--steps")) o.train.steps = 0;  // --load trains only when asked to
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
-    const bool trains = o.train.steps > 0 || o.speed || o.step_cost;
-    if (o.load_path.empty() && trains && !attends_in_tiles(m.attention)) {  // the weights plain attention keeps
-        const double T = positions_read(m, d.seq_len), S = has_encoder(m.arch) ? d.seq_len : T;
-        const double weights = S * S * m.enc_layers + (T * T + (has_encoder(m.arch) ? T * S : 0)) * m.dec_layers;
-        const double bytes = weights * 8.0 * m.n_heads * o.train.batch;
-        if (bytes > MAX_PLAIN_ATTENTION_BYTES)
-            fail(fmt("--seq-len %d with --batch %d, --heads %d and %d layers: plain attention would keep %.1f GB of "
-                     "weights for the backward (batch x heads x T x S doubles a layer); add --attention flash (the "
-                     "same numbers in tiles, memory that grows as T), or lower --batch",
-                     d.seq_len, o.train.batch, m.n_heads, m.enc_layers + m.dec_layers, bytes / 1e9));
-    }
     m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
     if (draws_position_rows(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
+    if (o.load_path.empty() && (o.train.steps > 0 || o.speed || o.step_cost))  // (loaded: main.cpp's build_or_load)
+        if (std::string problem = step_memory_problem(m, d, o.train, o.thread_count); !problem.empty()) fail(problem);
     return o;
 }
 

@@ -151,21 +151,6 @@ TEST_CASE("decoding: flags") {
     CHECK(variant_text(o).empty());
 }
 
-// A training run whose plain attention would keep more than MAX_PLAIN_ATTENTION_BYTES of weights is refused, and
-// the same run in tiles is not: 64 x 8 heads x 2 layers x 1024 x 1024 doubles is 8.6 GB; batch 8 is 1.1 GB.
-TEST_CASE("attention: a plain run too large to keep its weights is refused, and says how to fit") {
-    const std::vector<std::string> big = {"--arch", "decoder-only", "--task", "copy", "--seq-len", "512",
-                                          "--heads", "8", "--d-model", "64", "--dec-layers", "2", "--batch", "64"};
-    CHECK(parse_error(big) == "--seq-len 512 with --batch 64, --heads 8 and 2 layers: plain attention would keep "
-                              "8.6 GB of weights for the backward (batch x heads x T x S doubles a layer); add "
-                              "--attention flash (the same numbers in tiles, memory that grows as T), or lower --batch");
-    std::vector<std::string> tiled = big, small = big;
-    tiled.insert(tiled.end(), {"--attention", "flash"});
-    small.back() = "8";
-    CHECK(parse_error(tiled).empty());
-    CHECK(parse_error(small).empty());
-}
-
 TEST_CASE("optimizers: flags") {
     Options o;
     CHECK(parse_error({"--optimizer", "adam"}, &o).empty());

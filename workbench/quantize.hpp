@@ -3,6 +3,7 @@
 // Inference only: a quantized model evaluates, decodes and is inspected, never trained. Tests: quantize_test.cpp.
 #pragma once
 
+#include <cfloat>
 #include <cstdio>
 #include <string>
 
@@ -33,8 +34,33 @@ inline std::string cannot_train_text(const std::string& file, int bits) {
                "from (the --load file given to --quantize), then quantize it again", file.c_str(), bits);
 }
 
+// A scale is a float32, as runq.c keeps it: a double below FLOAT_LIMIT in size rounds to a finite float (at most
+// FLT_MAX, 3.40282347e+38); from it on, to inf (FLT_MAX and half its last step: the tie goes to the even, inf). A
+// file's scale and a model's weights are checked against it, so that no scale becomes inf and no product NaN.
+constexpr double FLOAT_LIMIT = double(FLT_MAX) + 0x1p103;
+inline bool fits_float(double v) { return std::fabs(v) < FLOAT_LIMIT; }
+// What group_scale divides a group's largest weight by at `bits`: its largest scale is the largest weight over this.
+inline double scale_divisor(int bits) { return bits == 8 ? 127.0 : double(1 << (bits - 1)); }
+
+// Why the model cannot be quantized to `bits` ("" when it can): a weight so large that its group's scale would not
+// fit a float32. Every matrix is checked before any is quantized, so nothing is printed of a model that is refused.
+inline std::string unquantizable(Transformer& model, int bits) {
+    for (auto& [name, p] : model.parameters()) {
+        if (!is_product_matrix(name)) continue;
+        double largest = 0.0;
+        for (double v : p->value.data) largest = std::max(largest, std::fabs(v));
+        if (!fits_float(largest / scale_divisor(bits)))
+            return fmt("--quantize %d: tensor '%s' holds a weight of %g, whose group's scale %g would not fit a "
+                       "float32 (at most %g: at %d bits a weight may be %g in size); this model cannot be quantized: "
+                       "train it again, or keep it in float64", bits, name.c_str(), largest,
+                       largest / scale_divisor(bits), double(FLT_MAX), bits, FLT_MAX * scale_divisor(bits));
+    }
+    return "";
+}
+
 // Quantize every matrix of a product, printing each one's largest error and the half step it stays within.
 inline void quantize_model(Transformer& model, int bits) {
+    if (std::string why = unquantizable(model, bits); !why.empty()) fail(why);
     double worst = 0.0;
     for (auto& [name, p] : model.parameters()) {
         if (!is_product_matrix(name)) continue;
@@ -74,8 +100,12 @@ inline void read_quantized(WordReader& r, const std::string& name, Param& p, int
             std::string w = r.next();
             double scale = 0;
             if (w.empty()) r.error("the file ends early (truncated) inside " + what);
-            if (!parse_finite(w, scale) || std::fabs(scale) > 1e100)
+            if (!number_syntax(w, false))  // nan, inf, a word
                 r.error(what + fmt(" row %d: scale '", row) + w + "' is not a finite number");
+            scale = std::strtod(w.c_str(), nullptr);  // beyond a double's range: inf; below it, 0 (as a float would be)
+            if (!fits_float(scale))
+                r.error(what + fmt(" row %d: scale ", row) + w + fmt(" is beyond float32's range (a scale is kept as "
+                                                                     "a float32, at most %.9g in size)", FLT_MAX));
             Q.scale.push_back(double(float(scale)));  // the float "%.9g" was written from
         }
         for (int c = 0; c < Q.cols; c++) {

@@ -1,6 +1,7 @@
 // workbench/quantize_test.cpp -- --quantize: matrix.hpp's quantize, dequantize and integer product; the checkpoint of a
 // quantized model (quantize.hpp).
 #include "test_helpers.hpp"
+#include "evaluate.hpp"
 
 // A (rows, cols) matrix of uniform draws in [-size, size].
 static Matrix drawn(int rows, int cols, double size, uint64_t seed) {
@@ -83,6 +84,150 @@ TEST_CASE("quantize: a quantized checkpoint read and written again is byte-ident
         CHECK(checkpoint_text(back, kept) == text);
         for (auto& [name, p] : back.parameters()) CHECK(p->quantized.empty() == !is_product_matrix(name));
     }
+}
+
+// A quantized model's text with every word of its quantized rows rewritten: `scale(row, g)` for each group scale,
+// `whole(row, c)` for each whole number (the tensors' rows as write_quantized writes them).
+template <typename Scale, typename Whole>
+static std::string rewritten(Transformer& model, const std::string& text, Scale scale, Whole whole) {
+    std::istringstream in(text);
+    std::string out, line;
+    const Quantized* Q = nullptr;
+    int row = 0;
+    auto params = model.parameters();
+    while (std::getline(in, line)) {
+        if (line.rfind("tensor ", 0) == 0) {
+            const std::string name = split_words(line)[1];
+            Q = nullptr, row = 0;
+            for (auto& [n, p] : params)
+                if (n == name && !p->quantized.empty()) Q = &p->quantized[0];
+        } else if (line == "training") {
+            Q = nullptr;
+        } else if (Q && row < Q->rows) {
+            std::string words;
+            for (int g = 0; g < Q->groups(); g++) words += scale(row, g) + " ";
+            for (int c = 0; c < Q->cols; c++) words += whole(row, c) + (c + 1 == Q->cols ? "" : " ");
+            line = words, row++;
+        }
+        out += line + "\n";
+    }
+    return out;
+}
+
+// Every value a quantized file may hold is one its kernels can run: scales at float32's largest (3.40282347e+38, as
+// "%.9g" writes FLT_MAX, which as a double is a little above it), of either sign, 0, a float32 subnormal, a double
+// too small for a float (read as 0), and whole numbers at both ends of the width; the model loads, keeps each scale
+// as the float written, evaluates and decodes. Past them, each is refused in one line: a scale that would be inf as a
+// float (the old check let 1e39 through, to an inf weight, and called 1e101 "not a finite number"), and a whole number
+// past the width.
+TEST_CASE("quantize: each extreme value of a quantized file loads and runs; past them, one line") {
+    for (int bits : {8, 4}) {
+        INFO("bits " << bits);
+        ModelConfig c;
+        DataConfig d;
+        Transformer model = small_trained_model(c, d);
+        printed_by([&] { quantize_model(model, bits); });
+        const std::string text = checkpoint_text(model, Kept(d));
+        const long top = bits == 8 ? 127 : 7, bottom = bits == 8 ? -127 : -8;
+        const Dataset data(d, {}, 20, 5);
+        for (const std::string scale : {"3.40282347e+38", "-3.40282347e+38", "0", "-0", "1.40129846e-45", "1e-300",
+                                        "1e-400"}) {
+            INFO("scale " << scale);
+            const std::string file = rewritten(model, text, [&](int, int) { return scale; }, [&](int r, int col) {
+                return std::to_string((r + col) % 2 ? top : bottom);
+            });
+            std::istringstream in(file);
+            Kept kept;
+            Transformer back = read_kept(in, "--load q.txt", kept);
+            for (auto& [name, p] : back.parameters())
+                for (const Quantized& Q : p->quantized)
+                    for (double s : Q.scale) CHECK(s == double(float(std::strtod(scale.c_str(), nullptr))));
+            CHECK(evaluate(back, data.held_out).total == 20);  // it runs: greedy decoding of every held-out input
+            teacher_forced_loss(back, data.held_out);
+        }
+        auto refused = [&](const std::string& scale, const std::string& whole) {
+            return load_error(rewritten(model, text, [&](int r, int g) { return r == 1 && g == 0 ? scale : "0.5"; },
+                                        [&](int r, int col) { return r == 1 && col == 2 ? whole : "1"; }));
+        };
+        CHECK(refused("0.5", "1").empty());
+        const std::string at = "--load model.txt line 29: tensor 'embed.table' row 1: ";
+        for (const std::string scale : {"1e39", "-1e39", "3.5e38", "3.40282357e38", "1e100", "1e101", "1e400"})
+            CHECK(refused(scale, "1") == at + "scale " + scale + " is beyond float32's range (a scale is kept as a "
+                                                               "float32, at most 3.40282347e+38 in size)");
+        for (const std::string scale : {"nan", "inf", "-inf", "0x1p3", "x"})
+            CHECK(refused(scale, "1") == at + "scale '" + scale + "' is not a finite number");
+        for (long whole : {top + 1, bottom - 1, 100000L})
+            CHECK(refused("0.5", std::to_string(whole)) ==
+                  at + fmt("'%ld' is not a whole number from %ld to %ld (%d bits)", whole, bottom, top, bits));
+        CHECK(refused("0.5", std::to_string(top)).empty());
+        CHECK(refused("0.5", std::to_string(bottom)).empty());
+    }
+}
+
+// Values that overflow as the model runs (every scale float32's largest, every whole number the top, and norms and
+// biases of 1e100, which a float64 tensor may hold) reach the integer product as inf: it gives NaN, as a float
+// product would, and the model runs to its end (the sanitizers stop a NaN made an integer).
+TEST_CASE("quantize: a model whose values overflow runs on to NaN, never to a NaN made an integer") {
+    ModelConfig c;
+    DataConfig d;
+    c = fit_to_data(c, d);
+    c.activation = Activation::swiglu, c.rms_norm = true;  // the gate times its partner: two overflowing factors
+    Transformer model(c, 1);
+    printed_by([&] { quantize_model(model, 8); });
+    for (auto& [name, p] : model.parameters()) {
+        if (p->quantized.empty()) {
+            std::fill(p->value.data.begin(), p->value.data.end(), 1e100);
+            continue;
+        }
+        Quantized Q = p->quantized[0];
+        std::fill(Q.scale.begin(), Q.scale.end(), double(FLT_MAX));
+        std::fill(Q.q.begin(), Q.q.end(), int8_t(127));
+        set_quantized(*p, name, std::move(Q));
+    }
+    const Dataset data(d, {}, 10, 5);
+    const Inputs in = inputs_of(data.held_out, 0, 10);
+    const Matrix logits = model.forward(in.sources, in.targets_in);
+    CHECK(std::any_of(logits.data.begin(), logits.data.end(), [](double v) { return std::isnan(v); }));
+    CHECK(evaluate(model, data.held_out).total == 10);
+}
+
+// The writing side: a float model whose weights would give a group a scale beyond float32's range is refused before
+// any matrix is quantized (nothing printed, the model as it was), at the width whose divisor is too small for it.
+TEST_CASE("quantize: a model whose scale would not fit a float32 is refused before quantizing") {
+    ModelConfig c;
+    DataConfig d;
+    Transformer model = small_trained_model(c, d);
+    const std::string name = "encoder.1.self_attn.W_v";  // a matrix of a product
+    Param* found = nullptr;
+    for (auto& [n, p] : model.parameters())
+        if (n == name) found = p;
+    REQUIRE(found);
+    Param& W = *found;
+    W.value.data[5] = 1e50;
+    std::string error;
+    CHECK(printed_by([&] {
+              try {
+                  quantize_model(model, 8);
+              } catch (const UsageError& e) {
+                  error = e.message;
+              }
+          }).empty());
+    CHECK(error == "--quantize 8: tensor '" + name + "' holds a weight of 1e+50, whose group's "
+                   "scale 7.87402e+47 would not fit a float32 (at most 3.40282e+38: at 8 bits a weight may be "
+                   "4.32159e+40 in size); this model cannot be quantized: train it again, or keep it in float64");
+    CHECK(W.quantized.empty());
+    CHECK(model.config.bits == 0);
+    W.value.data[5] = 4e40;  // a scale of 3.1e38 at 8 bits; 5e39 at 4
+    error.clear();
+    try {
+        quantize_model(model, 4);
+    } catch (const UsageError& e) {
+        error = e.message;
+    }
+    CHECK(contains(error, "--quantize 4: tensor"));
+    printed_by([&] { quantize_model(model, 8); });
+    CHECK(model.config.bits == 8);
+    CHECK(unstorable(model).empty());  // its weights, 127 scales of 3.1e38 at most, are a checkpoint's
 }
 
 // Integer sums leave no room to differ: the same bits on every thread count.

@@ -232,6 +232,19 @@ TEST_CASE("run(): a model trained on a --train-data file goes on with that file 
     CHECK(contains(again, "training data: 5 sequences"));
     CHECK(contains(again, "held-out: 11 sequences that training never draws"));
     CHECK(contains(run_output({"--load", m, "--sort", "3", "1", "2"}), "input  [3, 1, 2]"));  // no data needed
+    // Saved again without the file (it sorts, so it needs none), quantized or not, the model keeps its fingerprint:
+    // before, the train_data line was dropped, and the copy was scored on another held-out set and refused the file.
+    const std::string line = read_all(m).substr(read_all(m).find("\ntrain_data 5 "));
+    const std::string kept_line = line.substr(0, line.find('\n', 1) + 1);
+    for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--quantize", "8"}}) {
+        std::vector<std::string> args = {"--load", m, "--save", dir.file("again.txt"), "--sort", "3", "1", "2"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        REQUIRE(contains(run_output(args), "saved"));
+        CHECK(contains(read_all(dir.file("again.txt")), kept_line));
+        CHECK(contains(run_output({"--load", dir.file("again.txt"), "--train-data", dir.file("pool.txt")}),
+                       "/11), token-accuracy"));  // the held-out set of its training file: 11 inputs
+        CHECK(contains(run_output({"--load", dir.file("again.txt")}), "this model trained on a --train-data file"));
+    }
     REQUIRE(contains(run_output({"--steps", "5", "--save", dir.file("plain.txt")}), "saved"));
     CHECK(contains(run_output({"--load", dir.file("plain.txt"), "--train-data", dir.file("pool.txt")}),
                    "that model trained on generated data"));

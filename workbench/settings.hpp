@@ -1,9 +1,10 @@
 // workbench/settings.hpp -- what the program asks of a run's settings that the tutorial itself never asks: where the
 // norm goes (for --trace-shapes' legend), how a schedule reads the run's plan and --warmup (the lines a run prints),
-// which values of a choice are today's blocks (the checkpoint's version), and the one check of the settings taken
-// together, which the flags, the checkpoint reader and the page call. Each question is a switch that names every
-// value, so a new value of an enum is asked it by the compiler; the questions the blocks ask too live in model.hpp,
-// beside ModelConfig. Tests: settings_test.cpp.
+// which values of a choice are today's blocks (the checkpoint's version), the shapes a training step's memory is
+// counted from (workbench/memory.hpp), and the one check of the settings taken together, which the flags, the
+// checkpoint reader and the page call. Each question is a switch that names every value, so a new value of an enum is
+// asked it by the compiler; the questions the blocks ask too live in model.hpp, beside ModelConfig. Tests:
+// settings_test.cpp.
 #pragma once
 
 #include <string>
@@ -64,6 +65,25 @@ inline bool is_todays(Arch arch) {
     case Arch::decoder_only: return true;
     }
     return false;  // not reached
+}
+// Whether the model learns a table of positions of its own (learned), which is a parameter.
+inline bool learns_positions(Positions positions) {
+    switch (positions) {
+    case Positions::learned: return true;
+    case Positions::sinusoidal: case Positions::none: case Positions::random: case Positions::rope:
+    case Positions::alibi: return false;
+    }
+    return false;  // not reached
+}
+// The feed-forward's matrices of a product (ReLU's and GELU's W_1 and W_2; SwiGLU's W_1, W_2 and W_3) and their hidden
+// width (d_ff; SwiGLU's 2 d_ff / 3): its parameters, and what it keeps for its backward (workbench/memory.hpp).
+struct FeedForwardShape { int matrices, width; };
+inline FeedForwardShape feed_forward_shape(const ModelConfig& c) {
+    switch (c.activation) {
+    case Activation::relu: case Activation::gelu: return {2, c.d_ff};
+    case Activation::swiglu: return {3, SwiGLU::width(c.d_ff)};
+    }
+    return {2, c.d_ff};  // not reached
 }
 
 // The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each

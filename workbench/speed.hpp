@@ -27,10 +27,10 @@ inline void keep_freed_blocks() {
 #endif
 }
 
-// Training examples per second: steps (draw, forward, backward, SGD) for `seconds`, after a 10% warm-up.
-inline double examples_per_second(const Options& o, double seconds) {
+// Training examples per second of `model`, which trains: steps (draw, forward, backward, SGD) for `seconds`, after a
+// 10% warm-up.
+inline double examples_per_second(const Options& o, Transformer& model, double seconds) {
     Dataset data(o.data, {}, 0);
-    Transformer model(o.model, 1);
     TrainState state(o.train, 1);
     TrainConfig constant = o.train;  // one rate throughout: the steps go on for as long as the clock says
     constant.schedule = Schedule::constant;
@@ -66,13 +66,14 @@ inline double matmul_flops_forward(const ModelConfig& c, const DataConfig& d) {
 inline std::string threads_text() {  // "1 thread", "2 threads": the pool's count (--threads)
     return fmt("%d thread%s", threads.count(), threads.count() == 1 ? "" : "s");
 }
-inline void run_speed(const Options& o) {  // --speed: two lines for make compare
-    double rate = examples_per_second(o, 1.0);
+// --speed: two lines for make compare, of the model the flags give or the one --load names (main.cpp's time_model),
+// which trains for the first and is evaluated for the second.
+inline void run_speed(const Options& o, Transformer& model) {
+    double rate = examples_per_second(o, model, 1.0);
     std::printf("sorter --speed: %.1f training examples/s (%s, batch %d, %s; %.2f GFLOP/s)\n", rate,
                 size_text(o.model, o.data).c_str(), o.train.batch, threads_text().c_str(),
                 3 * matmul_flops_forward(o.model, o.data) * rate * 1e-9);
     Dataset data(o.data);  // one evaluation costs the same, trained or not: every output has seq_len tokens
-    Transformer model(o.model, o.seed);
     auto t0 = Clock::now();
     evaluate(model, data.held_out, o.decode);
     std::string how = o.decode.beam == 1 ? "greedy" : fmt("beam %d", o.decode.beam);
@@ -143,9 +144,8 @@ inline long peak_memory_kb() {
 // the process's peak resident memory, which the steps set (docs/performance.md, "Attention in tiles", compares
 // --attention plain and flash with it).
 constexpr int STEP_COST_STEPS = 5;
-inline void run_step_cost(const Options& o) {
+inline void run_step_cost(const Options& o, Transformer& model) {  // the model the flags give, or --load's; it trains
     Dataset data(o.data, {}, 0);
-    Transformer model(o.model, o.seed);
     TrainState state(o.train, o.seed);
     train_step(model, data, o.train, state, MAX_STEPS);
     std::vector<double> seconds;
@@ -182,7 +182,8 @@ inline void run_bench(const Options& o) {
     double previous = 0;
     for (const Row& row : rows) {
         Options r = parse_options(split_words(row.flags));
-        double rate = examples_per_second(r, 1.0);
+        Transformer model(r.model, 1);
+        double rate = examples_per_second(r, model, 1.0);
         double flops = 3 * matmul_flops_forward(r.model, r.data);
         std::string ratio = row.vs_above ? fmt(" %6.2f", rate / previous) : "";
         std::printf("  %-34s %10.0f %14.0f %9.2f%s\n", row.what.c_str(), rate, flops, flops * rate * 1e-9,

@@ -20,3 +20,32 @@ TEST_CASE("speed: the FLOPs of a forward pass, from the model's weights, against
     // transposed, 2 x 4 x 16 x 11 = 1408
     CHECK(matmul_flops_forward(todays, d) == 8192 + 4096 + 4096 + 16128 + 1408);  // 33920
 }
+
+// --speed and --step-cost time the model --load names, at its own batch and size (before, they timed the default
+// float model whatever --load said, even a file that was not there), and refuse a missing file and a quantized model
+// as every --load does.
+#include "test_runs.hpp"
+
+TEST_CASE("speed: --speed and --step-cost time the --load file's model; a missing file is refused") {
+    for (const char* flag : {"--speed", "--step-cost"}) {
+        CHECK(run_error({flag, "--load", "/nonexistent/m.txt"}) ==
+              "--load /nonexistent/m.txt: cannot open the file (No such file or directory)");
+    }
+    TempDir dir("speed-load");
+    ModelConfig c;
+    DataConfig d;
+    Transformer model = small_trained_model(c, d);
+    TrainConfig t;
+    t.batch = 5;
+    const std::string m = dir.file("m.txt"), q = dir.file("q.txt");
+    save_kept(m, model, Kept(d, t));
+    const std::string size = "d_model 8, heads 2, d_ff 12, layers 2+1, seq_len 4, batch 5, 1 thread";
+    CHECK(contains(run_output({"--step-cost", "--load", m, "--threads", "1"}),
+                   "sorter --step-cost: attention plain, " + size + ": a step in "));
+    const std::string speed = run_output({"--speed", "--load", m, "--threads", "1"});
+    CHECK(contains(speed, "training examples/s (" + size + "; "));
+    CHECK(contains(speed, "one held-out evaluation (774 sequences, greedy, 1 thread)"));  // its data's held-out set
+    printed_by([&] { quantize_model(model, 8); });
+    save_kept(q, model, Kept(d, t));
+    CHECK(run_error({"--speed", "--load", q}) == "--load " + cannot_train_text(q, 8));
+}
