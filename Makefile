@@ -60,7 +60,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test check-libm sanitize-run-address sanitize-run-thread gradcheck exercises exercise check course check-report sanitize bench attention-cost quantize-table reference compare fuzz signals clean doctest web check-web maths
+.PHONY: all test check-libm sanitize-run-address sanitize-run-thread gradcheck exercises exercise check blank regrade mistakes FORCE course check-report sanitize bench attention-cost quantize-table reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -157,22 +157,55 @@ gradcheck: gradcheck-tests
 	 test $$rest -eq 0 && test $$status -eq 0
 
 # Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp,
-# exercise_check.hpp, exercise_grade.hpp).
+# exercise_check.hpp, exercise_model.hpp, exercise_grade.hpp).
 #   make exercises                    the list
-#   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history
+#   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history; d/EXERCISE.md
+#                                     says what to write, what to run and what to read
 #   make check                        in the copy: the gradient checks and a short training run; the last line, the grade
 #                                     (in the repository: make check NAME=softmax)
-# The check is built alone, at -Og as make gradcheck: the rebuild after a student's edit and the run take seconds.
-EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_check.hpp workbench/exercise_grade.hpp workbench/text.hpp
-exercise-check: $(HEADERS) $(EXERCISE_CHECK) Makefile
+#   make blank                        in the copy: the blank gap back (the student's code kept in exercise-yours.txt)
+#   make regrade COPY=d               in the repository: the gaps of the copy d checked in a clean hand-out of the same
+#                                     exercise (d's own check could have been edited)
+#   make mistakes                     in the repository: typical mistakes planted into copies, each graded by the
+#                                     copy's make check: docs/course.md's table (about 20 minutes on two busy cores)
+# The check is built alone, at -Og as make gradcheck, so that the rebuild after a student's edit and the run take
+# seconds, and with the C++ library's bounds checks (-D_GLIBCXX_ASSERTIONS): an index out of range stops it, named.
+# One unit (two would each compile the tutorial again), whose C++ library headers are precompiled once, by the first
+# build (workbench/exercise_std.hpp); it runs the training on a second thread, beside the gradient checks.
+EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_check.hpp workbench/exercise_model.hpp \
+                  workbench/exercise_grade.hpp workbench/text.hpp
+EXERCISE_FLAGS  = $(FIXED) $(CXXFLAGS) -Og -D_GLIBCXX_ASSERTIONS -I.
+# A precompiled header is its compiler's own (clang refuses g++'s): exercise-check.flags names the compiler and the
+# flags, rewritten only when they change, so that make CXX=clang++ after g++ makes it again.
+exercise-check.flags: FORCE
+	@echo '$(CXX) $(EXERCISE_FLAGS)' > $@.new; if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+FORCE:
+workbench/exercise_std.hpp.gch: workbench/exercise_std.hpp exercise-check.flags
+	$(CXX) $(EXERCISE_FLAGS) -x c++-header -o $@ workbench/exercise_std.hpp
+exercise-check: $(HEADERS) $(EXERCISE_CHECK) Makefile workbench/exercise_std.hpp.gch
 	printf '#include "workbench/exercise_grade.hpp"\nint main(int argc, char** argv) { return exercises::run(argc, argv); }\n' | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) -Og -I. -x c++ -o $@ -
+	  $(CXX) $(EXERCISE_FLAGS) -include workbench/exercise_std.hpp -x c++ -o $@ -
 exercises: exercise-check
 	@./exercise-check --list
 exercise: exercise-check  # the files git tracks (none in a student's copy, which has no git: the check says so)
-	@./exercise-check --hand-out "$(NAME)" "$(DIR)" $$(git ls-files 2>/dev/null)
+	@./exercise-check --hand-out "$(NAME)" "$(DIR)" $$(git ls-files 2>/dev/null) && \
+	  ./exercise-check --page "$(DIR)"
 check: exercise-check  # a graded fail (1) is a result, not an error: the grade is the last line
 	@./exercise-check $(NAME) || test $$? -eq 1
+blank:  # not ./exercise-check: it must work when the student's code does not compile
+	@workbench/exercise_blank.sh
+regrade: exercise-check
+	@test -n "$(COPY)" || { echo "make regrade: name the student's copy: make regrade COPY=path"; exit 2; }
+	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || \
+	  { echo "make regrade: run it in the repository, which hands out the clean copy"; exit 2; }
+	@names=$$(./exercise-check --gaps "$(COPY)") && clean=$$(mktemp -d) && \
+	 ./exercise-check --hand-out "$$names" $$clean/copy $$(git ls-files) >/dev/null && \
+	 ./exercise-check --transplant "$(COPY)" $$clean/copy && \
+	 { $(MAKE) -s -C $$clean/copy check; status=$$?; rm -rf $$clean; exit $$status; }
+exercise-mistakes: workbench/exercise_mistakes_test.cpp $(EXERCISE_CHECK) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -o $@ workbench/exercise_mistakes_test.cpp doctest-main.o
+mistakes: exercise-check exercise-mistakes
+	@./exercise-mistakes --no-skip -tc="exercises: the planted mistakes*"
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
 # workbench's, and its second half (tests.cpp's helpers share names with the engine's and workbench's).
@@ -303,4 +336,5 @@ signals: sorter
 clean:
 	rm -f sorter tests tests-lab *.o tests-sanitize tests-tsan gradcheck-tests fuzz/fuzz-* fuzz/maths \
 	  exercise-check \
+	  exercise-check.flags workbench/exercise_std.hpp.gch exercise-mistakes \
 	  sorter.html sorter-web.js

@@ -3,14 +3,18 @@
 //   make exercises                  the list
 //   make exercise NAME=... DIR=...  a student's copy of the repository: that answer cut out, a gap in its place
 //   make check                      in the copy: the exercise's gradient check, then the blocks built on it, then a
-//                                   short training run; every tensor right, or wrong with what the pattern of the
-//                                   error suggests (diagnose). The last line is the grade.
+//                                   short training run, each in every configuration the student's code runs in;
+//                                   every tensor right, or wrong with what the pattern of the error suggests
+//                                   (diagnose). The last line is the grade.
 // The answers live once, in the tutorial, between `// exercise NAME: begin` and `// exercise NAME: end` (matrix.hpp
 // says how). The check holds none: it compares each backward with central differences of its forward, as tests.cpp
 // does, and the Adam update, which has no forward to differentiate, with numbers computed once.
 //
-// Three headers, each with its test beside it: this one, the exercises and the hand-out; exercise_check.hpp, the
-// diagnosis, the gradient check and the blocks' checks; exercise_grade.hpp, the training run, the grade and main.
+// Four headers, and their tests beside them: this one, the exercises and the hand-out; exercise_check.hpp, the
+// diagnosis, the gradient check, the time of a backward and the blocks' checks; exercise_model.hpp, the whole model's
+// checks and the training run; exercise_grade.hpp, the grade, a copy's gaps (EXERCISE.md, make regrade) and main.
+// (exercise_mistakes_test.cpp: typical mistakes planted into copies, make mistakes; workbench/exercise_blank.sh: make
+// blank; exercise_std.hpp: the C++ headers the check's build precompiles.)
 #pragma once
 
 #include <fcntl.h>     // open with O_EXCL (POSIX): each file of the hand-out is new
@@ -28,40 +32,62 @@
 namespace exercises {  // its names (Tensor, jitter, ...) are tests.cpp's too, which is linked beside it
 
 // ---------------------------------------------------------------------------------------------
-// The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (its own
-// block first, then the blocks built on it: the names of BLOCK_CHECKS, exercise_check.hpp, and "model", the whole
-// model's gradient), and the choices of the model and the training that use it (for the blocks' checks too).
+// The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (the
+// names of BLOCK_CHECKS, exercise_check.hpp: its own block first, then the time of its backward, then the blocks built
+// on it; and "model", the whole model's gradient), and the choices of the model and the training it runs under (its
+// variants): every check that reads them runs once for each, so that each configuration the student's code runs in
+// is checked (dropout on and off, learned and fixed positions, ...). The first variant's choices train.
+// (Words as const char*, not std::string: this list is made at the start of the check, whose build a student waits
+// for.)
+struct Variant {
+    const char* label;  // added to the names of the checks it runs: " [dropout 0.05]"
+    void (*choose)(ModelConfig&, TrainConfig&);
+};
 struct Exercise {
     std::string name, writes;
-    std::vector<std::string> checks;
-    void (*variant)(ModelConfig&, TrainConfig&);
+    std::vector<const char*> checks;
+    std::vector<Variant> variants;
 };
 inline void as_default(ModelConfig&, TrainConfig&) {}
 const std::vector<Exercise> EXERCISES = {
-    {"softmax", "softmax_rows_backward (matrix.hpp)", {"softmax_rows", "attention", "MultiHeadAttention", "model"},
-     as_default},
-    {"layernorm", "LayerNorm::backward (model.hpp)", {"LayerNorm", "EncoderBlock", "DecoderBlock", "model"},
-     as_default},
-    {"rmsnorm", "RMSNorm::backward (chapters/04_todays_blocks.hpp)", {"RMSNorm", "EncoderBlock", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.rms_norm = true; }},
-    {"embedding", "Embedding::backward, the scatter-add (model.hpp)", {"Embedding", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.positions = Positions::learned; }},
+    {"softmax", "softmax_rows_backward (matrix.hpp)",
+     {"softmax_rows", "time softmax_rows", "attention", "MultiHeadAttention", "model"}, {{"", as_default}}},
+    {"layernorm", "LayerNorm::backward (model.hpp)",
+     {"LayerNorm", "time LayerNorm", "EncoderBlock", "DecoderBlock", "model"}, {{"", as_default}}},
+    {"rmsnorm", "RMSNorm::backward (chapters/04_todays_blocks.hpp)", {"RMSNorm", "time RMSNorm", "EncoderBlock", "model"},
+     {{" [rmsnorm]", [](ModelConfig& m, TrainConfig&) { m.rms_norm = true; }}}},
+    {"embedding", "Embedding::backward, the scatter-add (model.hpp)", {"Embedding", "time Embedding", "model"},
+     {{" [learned positions]", [](ModelConfig& m, TrainConfig&) { m.positions = Positions::learned; }},
+      {" [sinusoidal]", as_default},
+      {" [learned, no embed scale]",
+       [](ModelConfig& m, TrainConfig&) { m.positions = Positions::learned, m.embed_scale = false; }}}},
     {"cross-entropy", "cross_entropy's gradient, with label smoothing (train.hpp)", {"cross_entropy", "model"},
-     [](ModelConfig&, TrainConfig& t) { t.label_smoothing = 0.1; }},
-    {"dropout", "dropout_backward (chapters/02_dropout.hpp)",
-     {"dropout", "attention", "EncoderBlock", "DecoderBlock", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.dropout = m.attn_dropout = 0.05; }},
-    {"attention", "attention_backward (model.hpp)", {"attention", "MultiHeadAttention", "model"}, as_default},
+     {{" [smoothing 0.1]", [](ModelConfig&, TrainConfig& t) { t.label_smoothing = 0.1; }},
+      {" [no smoothing]", as_default}}},
+    {"dropout", "dropout_backward (chapters/02_dropout.hpp)", {"dropout", "attention", "EncoderBlock", "DecoderBlock", "model"},
+     {{" [dropout 0.05]", [](ModelConfig& m, TrainConfig&) { m.dropout = m.attn_dropout = 0.05; }},
+      {" [no dropout]", as_default}}},
+    {"attention", "attention_backward (model.hpp)", {"attention", "time attention", "MultiHeadAttention", "model"},
+     {{"", as_default}, {" [attention dropout 0.1]", [](ModelConfig& m, TrainConfig&) { m.attn_dropout = 0.1; }}}},
     {"heads", "MultiHeadAttention::backward: the heads split and joined, grouped-query's sum (model.hpp)",
-     {"MultiHeadAttention", "DecoderBlock", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.n_heads = 4, m.kv_heads_asked = 2; }},
+     {"MultiHeadAttention", "time MultiHeadAttention", "DecoderBlock", "model"},
+     {{" [4 heads on 2]", [](ModelConfig& m, TrainConfig&) { m.n_heads = 4, m.kv_heads_asked = 2; }},
+      {" [2 heads]", as_default},
+      {" [4 on 2, in tiles]",
+       [](ModelConfig& m, TrainConfig&) { m.n_heads = 4, m.kv_heads_asked = 2, m.attention = Attention::flash; }}}},
     {"rotary", "MultiHeadAttention::backward: rotary positions turned back (model.hpp)",
-     {"MultiHeadAttention", "model"}, [](ModelConfig& m, TrainConfig&) { m.positions = Positions::rope; }},
-    {"swiglu", "SwiGLU::backward (chapters/04_todays_blocks.hpp)", {"SwiGLU", "EncoderBlock", "model"},
-     [](ModelConfig& m, TrainConfig&) { m.activation = Activation::swiglu; }},
+     {"rotary", "MultiHeadAttention", "time MultiHeadAttention", "model"},
+     {{" [rope]", [](ModelConfig& m, TrainConfig&) { m.positions = Positions::rope; }},
+      {" [rope, decoder-only]",
+       [](ModelConfig& m, TrainConfig&) { m.positions = Positions::rope, m.arch = Arch::decoder_only; }}}},
+    {"swiglu", "SwiGLU::backward (chapters/04_todays_blocks.hpp)", {"SwiGLU", "time SwiGLU", "EncoderBlock", "model"},
+     {{" [swiglu]", [](ModelConfig& m, TrainConfig&) { m.activation = Activation::swiglu; }},
+      {" [swiglu, no bias]",
+       [](ModelConfig& m, TrainConfig&) { m.activation = Activation::swiglu, m.no_bias = true; }}}},
     {"adam", "the Adam update in Optimizer::update (chapters/03_optimizers.hpp)", {"Adam"},
-     [](ModelConfig&, TrainConfig& t) { t.optimizer = OptimizerKind::adam, t.lr = 0.01; }},
-    {"decoder-block", "DecoderBlock::backward (model.hpp)", {"DecoderBlock", "model"}, as_default},
+     {{"", [](ModelConfig&, TrainConfig& t) { t.optimizer = OptimizerKind::adam, t.lr = 0.01; }}}},
+    {"decoder-block", "DecoderBlock::backward (model.hpp)", {"DecoderBlock", "time DecoderBlock", "model"},
+     {{"", as_default}, {" [decoder-only]", [](ModelConfig& m, TrainConfig&) { m.arch = Arch::decoder_only; }}}},
 };
 inline const Exercise& exercise_named(const std::string& name) {
     for (const Exercise& e : EXERCISES)
@@ -246,19 +272,5 @@ inline void hand_out(const std::string& names, const std::string& dir, const std
         give_up("make exercise: DIR=" + dir + ": cannot rename the copy into place (" + std::strerror(errno) + ")");
     std::printf("wrote %s: exercise %s cut out. The student runs make && ./sorter, then make check\n", dir.c_str(),
                 names.c_str());
-}
-
-// In a student's copy: the exercise whose gap (or the student's code in its place) the tutorial holds.
-inline std::string handed_out_exercise() {
-    for (const std::string& file : TUTORIAL_FILES) {
-        std::istringstream in(read_all(file));
-        for (std::string line; std::getline(in, line);) {
-            const std::string words = trimmed(line);
-            std::size_t mark = words.find(": your code from here");
-            if (starts_with(words, "// exercise ") && mark != std::string::npos) return words.substr(12, mark - 12);
-        }
-    }
-    fail("make check: this is not a student's copy (no '// exercise NAME: your code from here' in the tutorial): "
-         "name the exercise, as in make check NAME=softmax");
 }
 }  // namespace exercises
