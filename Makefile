@@ -129,9 +129,13 @@ tests-lab: tests.o beside-tests.o doctest-main.o
 
 # Before the tests run: what the tutorial's blocks import from the system's maths library, as the engine's tests
 # compile them (every block a model can be built with; the lab notebook itself compares maths:: with std::).
+# The run is two processes side by side, one a core: the workbench's tests (which wait on runs they start) print
+# after the others', and make test fails if either does. ./tests alone runs them all in one.
 test: tests
 	@CXX="$(CXX)" fuzz/libm-imports.sh beside-tests.o
-	./tests
+	@./tests -sf='*workbench/*' > tests-workbench.log 2>&1 & workbench=$$!; \
+	 ./tests -sfe='*workbench/*'; first=$$?; wait $$workbench; second=$$?; \
+	 cat tests-workbench.log; rm -f tests-workbench.log; test $$first -eq 0 && test $$second -eq 0
 
 # make check-libm BINARY=file [NM=...]: what a build imports from the system's maths library (CI: every build).
 BINARY ?= sorter
@@ -210,7 +214,7 @@ mistakes: exercise-check exercise-mistakes
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
 # workbench's, and its second half (tests.cpp's helpers share names with the engine's and workbench's).
 # float-cast-overflow: a NaN or an inf made an integer (g++ leaves it out of undefined; clang's undefined has it).
-SANITIZE := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+SANITIZE := -O1 -g1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 tests-sanitize-lab.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 tests-sanitize-1.o: $(BESIDE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
@@ -222,22 +226,23 @@ tests-sanitize-2.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile
 tests-sanitize: tests-sanitize-2.o tests-sanitize-1.o tests-sanitize-lab.o doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) -o $@ $^
 
-# ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads); the
-# lab notebook and the engine's tests, two units side by side.
-tests-tsan-%.o: $(HEADERS) tests.cpp $(BESIDE_TESTS) Makefile | doctest
-	printf '#include "%s"\n' $(if $(filter lab,$*),tests.cpp,$(BESIDE_TESTS)) | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -c -o $@ -
-tests-tsan: tests-tsan-lab.o tests-tsan-beside.o doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread -o $@ $^
+# ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads): the
+# chapters' and the engine's tests, whose "threads:" cases train and decode a model on 1, 2, 3 and 8 threads.
+tests-tsan: $(HEADERS) $(BESIDE_TESTS) Makefile doctest-main.o
+	printf '#include "%s"\n' $(BESIDE_TESTS) | \
+	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g1 -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -o $@ - doctest-main.o
 
 # The two runs side by side, each printed whole when it ends.
 sanitize: tests-sanitize tests-tsan
 	+@$(MAKE) --no-print-directory sanitize-run-address sanitize-run-thread
-sanitize-run-address: tests-sanitize
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize > tests-sanitize.log 2>&1; \
-	 status=$$?; cat tests-sanitize.log; rm -f tests-sanitize.log; exit $$status
+sanitize-run-address: tests-sanitize  # as make test: the workbench's tests, and the others, side by side
+	@export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	 ./tests-sanitize -sf='*workbench/*' > tests-sanitize-workbench.log 2>&1 & workbench=$$!; \
+	 ./tests-sanitize -sfe='*workbench/*' > tests-sanitize.log 2>&1; first=$$?; wait $$workbench; second=$$?; \
+	 cat tests-sanitize.log tests-sanitize-workbench.log; rm -f tests-sanitize.log tests-sanitize-workbench.log; \
+	 test $$first -eq 0 && test $$second -eq 0
 sanitize-run-thread: tests-tsan
-	@./tests-tsan -tc="threads:*,fast kernels:*,training: a stacked*" > tests-tsan.log 2>&1; \
+	@./tests-tsan -tc="threads:*,fast kernels:*" > tests-tsan.log 2>&1; \
 	 status=$$?; cat tests-tsan.log; rm -f tests-tsan.log; exit $$status
 
 # Every command pasted in README.md and docs/*.md, run again and compared with the page (timings masked).

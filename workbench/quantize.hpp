@@ -40,7 +40,7 @@ inline std::string cannot_train_text(const std::string& file, int bits) {
 constexpr double FLOAT_LIMIT = double(FLT_MAX) + 0x1p103;
 inline bool fits_float(double v) { return std::fabs(v) < FLOAT_LIMIT; }
 // What group_scale divides a group's largest weight by at `bits`: its largest scale is the largest weight over this.
-inline double scale_divisor(int bits) { return bits == 8 ? 127.0 : double(1 << (bits - 1)); }
+inline double scale_divisor(int bits) { return -double(levels_of(bits).lowest); }  // chapter 09's rule
 
 // Why the model cannot be quantized to `bits` ("" when it can): a weight so large that its group's scale would not
 // fit a float32. Every matrix is checked before any is quantized, so nothing is printed of a model that is refused.
@@ -93,7 +93,7 @@ inline void read_quantized(WordReader& r, const std::string& name, Param& p, int
     Quantized Q;
     Q.rows = kept_transposed(name) ? W.cols : W.rows, Q.cols = kept_transposed(name) ? W.rows : W.cols;
     Q.bits = bits, Q.group = group_for(bits, Q.cols);
-    const long lowest = bits == 8 ? -127 : -(1L << (bits - 1)), highest = bits == 8 ? 127 : (1L << (bits - 1)) - 1;
+    const long lowest = levels_of(bits).lowest, highest = levels_of(bits).highest;
     const std::string what = "tensor '" + name + "'";
     for (int row = 0; row < Q.rows; row++) {
         for (int g = 0; g < Q.groups(); g++) {
