@@ -19,9 +19,9 @@ struct Quantized {
     int rows = 0, cols = 0;      // Wt's shape: (d_out, d_in), one row an output
     int bits = 8, group = 64;    // the width of q, and the weights a scale covers
     std::vector<int8_t> q;       // (rows, cols), row by row
-    std::vector<double> scale;   // (rows, cols / group): row j's groups, in order, each a float32's value
-    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product (its
-    std::vector<double> packed_scale;   // pack_weights, again after q changes; empty: laid out at each call)
+    std::vector<double> scales;  // (rows, cols / group): row j's groups, in order, each a float32's value
+    std::vector<int16_t> packed_q;      // engine only: q and scales laid out for engine/kernels.hpp's product (its
+    std::vector<double> packed_scales;  // pack_weights, again after q changes; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
 
@@ -92,7 +92,7 @@ inline Quantized quantize(const Matrix& Wt, int bits) {
         for (int g = 0; g < Q.groups(); g++) {
             const std::size_t at = std::size_t(r) * Wt.cols + std::size_t(g) * Q.group;
             const double scale = double(float(group_scale(&Wt.data[at], Q.group, bits)));  // kept as a float, as
-            Q.scale.push_back(scale);                                                           // runq.c keeps it
+            Q.scales.push_back(scale);                                                           // runq.c keeps it
             for (int k = 0; k < Q.group; k++) {
                 const int q = scale == 0.0 ? 0 : rounded(Wt.data[at + k] / scale);
                 Q.q[at + k] = int8_t(std::min(levels.highest, std::max(levels.lowest, q)));
@@ -104,7 +104,7 @@ inline Matrix dequantize(const Quantized& Q) {  // -> (rows, cols): q * scale, e
     Matrix Wt(Q.rows, Q.cols);
     for (int r = 0; r < Q.rows; r++)
         for (int c = 0; c < Q.cols; c++)
-            Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
+            Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scales[std::size_t(r) * Q.groups() + c / Q.group];
     return Wt;
 }
 // One group of n activations x quantized Q8_0 into qx: returns its scale. A group holding an inf or a NaN (a model
@@ -133,7 +133,7 @@ inline void quantized_product_rows(const Matrix& X, const Quantized& Wt, Matrix&
             for (int g = 0; g < G; g++) {
                 int32_t sum = 0;  // exact: whole numbers
                 for (int k = g * size; k < (g + 1) * size; k++) sum += int32_t(qx[k]) * int32_t(w[k]);
-                y += double(sum) * Wt.scale[std::size_t(j) * G + g] * scale_x[g];
+                y += double(sum) * Wt.scales[std::size_t(j) * G + g] * scale_x[g];
             }
             Y.at(i, j) = y;
         }
