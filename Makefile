@@ -236,7 +236,7 @@ tests-sanitize: tests-sanitize-2.o tests-sanitize-1.o tests-sanitize-lab.o docte
 # chapters' and the engine's tests, whose "threads:" cases train and decode a model on 1, 2, 3 and 8 threads.
 tests-tsan: $(HEADERS) $(BESIDE_TESTS) Makefile doctest-main.o
 	printf '#include "%s"\n' $(BESIDE_TESTS) | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g1 -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -o $@ - doctest-main.o
+	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g1 -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -o $@ - -x none doctest-main.o
 
 # The two runs side by side, each printed whole when it ends.
 sanitize: tests-sanitize tests-tsan

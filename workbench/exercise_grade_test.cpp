@@ -8,16 +8,6 @@
 
 namespace ex = exercises;
 
-// The message of the UsageError that f throws ("" if none).
-template <typename F>
-std::string grade_error_of(F f) {
-    try {
-        f();
-    } catch (const UsageError& e) {
-        return e.message;
-    }
-    return "";
-}
 // f with its standard output thrown away (the hand-out says what it wrote).
 template <typename F>
 void quietly(F f) {
@@ -108,6 +98,6 @@ TEST_CASE("exercises: a copy's gaps, its first page and the regrade") {
     CHECK(!contains(regraded, "an edit outside the gap"));
     // A marker line gone: the regrade says so.
     std::ofstream(copy + "/model.hpp") << model.substr(0, model.find("        // exercise layernorm: to here"));
-    CHECK(contains(grade_error_of([&] { ex::transplant(copy, clean); }), "are the marker lines intact?"));
-    CHECK(contains(grade_error_of([&] { ex::handed_out_exercises(dir.path.string()); }), "not a student's copy"));
+    CHECK(contains(usage_error_of([&] { ex::transplant(copy, clean); }), "are the marker lines intact?"));
+    CHECK(contains(usage_error_of([&] { ex::handed_out_exercises(dir.path.string()); }), "not a student's copy"));
 }

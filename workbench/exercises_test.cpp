@@ -8,17 +8,6 @@
 
 namespace ex = exercises;
 
-// The message of the UsageError that f throws ("" if none).
-template <typename F>
-std::string usage_error_of(F f) {
-    try {
-        f();
-    } catch (const UsageError& e) {
-        return e.message;
-    }
-    return "";
-}
-
 // cut(): every exercise's regions leave its file; a region of code becomes a gap that throws, a region of comments
 // a line saying so; the other exercises' markers stay. A marker left open is an error.
 TEST_CASE("exercises: cut() takes the answer out and leaves the gap") {

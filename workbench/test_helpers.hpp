@@ -31,6 +31,17 @@ inline std::string parse_error(const std::vector<std::string>& args, Options* ou
     }
 }
 
+// The message of the UsageError that f throws ("" if none).
+template <typename F>
+std::string usage_error_of(F f) {
+    try {
+        f();
+    } catch (const UsageError& e) {
+        return e.message;
+    }
+    return "";
+}
+
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A fresh directory under the system's temporary directory, removed by the destructor.
