@@ -195,7 +195,9 @@ TEST_CASE("experts: an expert no row chose gets an exact zero gradient") {
         CHECK(moe.load()[3] == 0);
         ffn.backward(G);
         int unchosen = 0, chosen_nonzero = 0;
-        for (auto& [name, p] : params) {
+        for (auto& entry : params) {  // (not a structured binding: clang's C++17 lets INFO's lambda capture none)
+            const std::string name = entry.first;
+            const Param* p = entry.second;
             double largest = 0.0;
             for (double g : p->grad.data) largest = std::max(largest, std::fabs(g));
             if (name.rfind("ffn.experts.3.", 0) == 0) {

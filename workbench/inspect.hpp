@@ -321,11 +321,52 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     }
     return emitted;
 }
+// With experts (chapter 11): each layer's load, the share of the K choices each expert took, and which expert is each
+// token's first choice, by the token the row reads (a digit, START or PAD), over the first 200 held-out examples
+// under teacher forcing. A layer whose router collapsed shows one expert near 100%.
+inline void inspect_experts(Transformer& model, const std::vector<Example>& held_out) {
+    const Inputs in = inputs_of(held_out, 0, 200);
+    model.forward(in.sources, in.targets_in);
+    const int vocab = model.config.vocab, E = model.config.experts;
+    std::printf("\n--- inspect: the experts, over %zu held-out examples (teacher forcing) ---\n", in.sources.size());
+    auto show = [&](const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = std::get<Experts>(ffn.block);
+        std::string load;
+        for (int taken : moe.load()) load += fmt(" %5.1f%%", 100.0 * taken / (double(moe.K) * tokens.size()));
+        std::printf("  %-10s load by expert:%s\n", name.c_str(), load.c_str());
+        std::vector<std::vector<int>> firsts(vocab, std::vector<int>(E, 0));  // token -> its rows' first choices
+        for (std::size_t r = 0; r < tokens.size(); r++) firsts[tokens[r]][moe.chosen[r][0]]++;
+        std::string by_token;
+        for (int v = 0; v < vocab; v++) {
+            int rows = 0, best = 0;
+            for (int i = 0; i < E; i++) rows += firsts[v][i], best = firsts[v][i] > firsts[v][best] ? i : best;
+            if (rows > 0)
+                by_token += fmt(" %s:e%d %.0f%%", v == PAD ? "_" : v == vocab - 1 ? "S" : std::to_string(v).c_str(),
+                                best, 100.0 * firsts[v][best] / rows);
+        }
+        std::printf("  %-10s first choice by token read:%s\n", "", by_token.c_str());
+    };
+    std::vector<int> sources = Transformer::concatenated(in.sources), targets = Transformer::concatenated(in.targets_in);
+    for (std::size_t i = 0; i < model.encoder.size(); i++)
+        show("encoder." + std::to_string(i), model.encoder[i].ffn, sources);
+    std::vector<int> rows = targets;  // decoder-only: each sequence's source, then its START and answer
+    if (!has_encoder(model.config.arch)) {
+        rows.clear();
+        for (std::size_t e = 0; e < in.sources.size(); e++) {
+            rows.insert(rows.end(), in.sources[e].begin(), in.sources[e].end());
+            rows.insert(rows.end(), in.targets_in[e].begin(), in.targets_in[e].end());
+        }
+    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++)
+        show("decoder." + std::to_string(i), model.decoder[i].ffn, rows);
+}
+
 inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
     if (held_out.empty()) {  // a score of nothing would read 0.0%
         std::printf("\n--- inspect: n/a: this model's data settings allow no held-out set ---\n");
         return;
     }
+    if (model.config.experts > 0) inspect_experts(model, held_out);
     Accuracy all = evaluate(model, held_out);
     std::string cut = all.total < all.asked ? fmt(", %d %s", all.total, cut_short_text(all).c_str()) : "";
     std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%%s) ---\n",
