@@ -25,6 +25,10 @@
 // (ReLU, GELU or SwiGLU) of width d_ff: x (n_i, d_model) -> (n_i, d_model) for the n_i rows routed to it.
 
 // ---------------------------------------------------------------------------------------------
+// The router: one linear map, W_router (d_model, E) without bias, gives each row a score per expert,
+// scores = x W_router (n, E). A high score says "send this token here". It is trained like any weight, by the
+// gradient that reaches it through the gate below (and through the balance loss, at the end).
+//
 // Top-k: the K largest of one row's E scores, best first. Ties are broken by a stated rule, the lower expert index
 // wins, so that one seed gives the same choice, and then the same bits, on any machine and any thread count.
 // (Exact ties hardly happen with real numbers, but a rule must exist for them to be reproducible.)
@@ -57,6 +61,10 @@ inline std::vector<double> softmax_of(const std::vector<double>& s) {
 //   chosen[r] = top_k(scores[r])                         K indices, best first
 //   gate[r] = softmax(scores[r][chosen[r]])              over the K kept scores only (Mixtral's rule): sums to 1
 //   out[r] = sum_k gate[r][k] expert_{chosen[r][k]}(x[r]) + sum_j shared_j(x[r])
+// Why a softmax over the K kept, not over all E (Switch's and Shazeer's rule keeps the full softmax's values): the K
+// weights sum to 1, so a token's output has one scale whatever E and K are. Its price shows at K = 1: the one weight
+// is exactly 1 whatever the score, and the task's loss gives the router no gradient at all; it then learns from the
+// balance loss alone (--top-k 1 --balance 0: a router that never moves, which a test checks exactly).
 // Only a chosen expert computes, and only on its rows: gather them, run the expert, scatter back. An expert's work
 // grows with the rows it was given, so a step's expert work grows with K, not with E.
 struct Experts {
@@ -190,6 +198,8 @@ struct Experts {
     // f_i counts choices, a step function of the scores: it has no gradient, and the loss moves P alone, down where
     // f is high. So it pushes each router score down in proportion to how loaded its expert is.
     // Which rows: all n the layer sees (a sequence's PAD rows too; decoder-only, the source's rows too).
+// What it does, measured (README): E = 8, K = 2, Adam, 3,000 steps; the 8 experts' loads ranged 5.5% to 20.6%
+// without it, 8.9% to 16.3% at alpha 0.01 (the default) and 11.3% to 13.8% at 0.1 (even: 12.5%); all sorted to 100%.
     void balance_forward() {
         const int n = scores.rows, E = scores.cols;
         probs = Matrix(n, E);
