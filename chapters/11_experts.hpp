@@ -61,10 +61,11 @@ inline std::vector<double> softmax_of(const std::vector<double>& s) {
 //   chosen[r] = top_k(scores[r])                         K indices, best first
 //   gate[r] = softmax(scores[r][chosen[r]])              over the K kept scores only (Mixtral's rule): sums to 1
 //   out[r] = sum_k gate[r][k] expert_{chosen[r][k]}(x[r]) + sum_j shared_j(x[r])
-// Why a softmax over the K kept, not over all E (Switch's and Shazeer's rule keeps the full softmax's values): the K
-// weights sum to 1, so a token's output has one scale whatever E and K are. Its price shows at K = 1: the one weight
-// is exactly 1 whatever the score, and the task's loss gives the router no gradient at all; it then learns from the
-// balance loss alone (--top-k 1 --balance 0: a router that never moves, which a test checks exactly).
+// Why a softmax over the K kept (Shazeer 2017's rule too, who also adds noise to the scores; Switch, at K = 1, weighs
+// by the softmax over all E instead): the K weights sum to 1, so a token's output has one scale whatever E and K
+// are. Its price shows at K = 1: the one weight is exactly 1 whatever the score, and the task's loss gives the router
+// no gradient at all; it then learns from the balance loss alone (--top-k 1 --balance 0: a router that never moves,
+// which a test checks exactly).
 // Only a chosen expert computes, and only on its rows: gather them, run the expert, scatter back. An expert's work
 // grows with the rows it was given, so a step's expert work grows with K, not with E.
 struct Experts {
@@ -189,8 +190,8 @@ struct Experts {
     }
 
     // ---------------------------------------------------------------------------------------------
-    // The balance loss. Left alone, a router collapses: the experts chosen early train more, score higher, are chosen
-    // more. Switch's fix is a small loss that is least when the load is even:
+    // The balance loss. Left alone, a router can collapse: the experts chosen early train more, score higher, are
+    // chosen more. Switch's fix is a small loss that is least when the load is even:
     //   L_balance = alpha E sum_i f_i P_i
     //   f_i = (rows' choices of expert i) / (K n): the share of the n K choices expert i took
     //   P_i = (1 / n) sum_r probs[r][i], probs[r] = softmax over all E scores[r]: the router's mean wish for i
@@ -198,8 +199,9 @@ struct Experts {
     // f_i counts choices, a step function of the scores: it has no gradient, and the loss moves P alone, down where
     // f is high. So it pushes each router score down in proportion to how loaded its expert is.
     // Which rows: all n the layer sees (a sequence's PAD rows too; decoder-only, the source's rows too).
-// What it does, measured (README): E = 8, K = 2, Adam, 3,000 steps; the 8 experts' loads ranged 5.5% to 20.6%
-// without it, 8.9% to 16.3% at alpha 0.01 (the default) and 11.3% to 13.8% at 0.1 (even: 12.5%); all sorted to 100%.
+    // What it does, measured (course lab 34): E = 8, K = 2, Adam, 3,000 steps; the 8 experts' loads ranged from 5.5%
+    // to 20.6% without it, 8.9% to 16.3% at alpha 0.01 (the default), 11.3% to 13.8% at 0.1 (even: 12.5%); all three
+    // sorted to 100%.
     void balance_forward() {
         const int n = scores.rows, E = scores.cols;
         probs = Matrix(n, E);
@@ -210,8 +212,9 @@ struct Experts {
             std::vector<double> p = softmax_of(row);
             for (int i = 0; i < E; i++) probs.at(r, i) = p[i];
         }
-        for (int i = 0; i < E; i++) share[i] = double(rows_of[i].size()) / (double(K) * n);
         balance_loss = 0.0;
+        if (n == 0) return;  // no rows, no load: nothing to balance (and no 0 / 0)
+        for (int i = 0; i < E; i++) share[i] = double(rows_of[i].size()) / (double(K) * n);
         for (int i = 0; i < E; i++) {
             double mean_p = 0.0;  // P_i
             for (int r = 0; r < n; r++) mean_p += probs.at(r, i);
