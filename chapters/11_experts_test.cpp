@@ -281,3 +281,26 @@ TEST_CASE("gradient: the whole model with experts and the balance loss") {
                         tensors_of(model.parameters()), loss, [&] { gradient_of(model, batch, 0.0); });
     }
 }
+
+// Decoding with the cache (chapter 10) runs each block on the newest rows alone; the experts route each row by itself,
+// so every position's logits are those of one teacher-forced pass, bit for bit, and greedy takes their argmax.
+TEST_CASE("experts: greedy decoding with the cache is one teacher-forced pass, bit for bit") {
+    for (Arch arch : {Arch::encoder_decoder, Arch::decoder_only}) {
+        ModelConfig c = experts_test::experts_config(Activation::relu, 4, 2, 1, 0.01);
+        c.arch = arch, c.enc_layers = arch == Arch::decoder_only ? 0 : 1, c.dec_layers = 2;
+        c.max_len = arch == Arch::decoder_only ? 8 : 4;
+        Transformer model(c, 51);
+        const std::vector<int> source = {5, 3, 1, PAD};
+        const int length = 4;
+        std::vector<int> out = greedy_decode(model, {source}, length)[0];
+        std::vector<int> decoder_in = shifted_right(out, c.vocab);
+        Matrix full = model.forward({source}, {decoder_in});  // (length, vocab)
+        DecodingCache cache = start_decoding(model, {source});
+        int differing = 0;
+        for (int t = 0; t < length; t++) {
+            Matrix newest = newest_logits(model, cache, {{decoder_in[t]}});  // (1, vocab)
+            for (int v = 0; v < c.vocab; v++) differing += newest.at(0, v) == full.at(t, v) ? 0 : 1;
+        }
+        CHECK(differing == 0);
+    }
+}
