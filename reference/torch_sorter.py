@@ -747,6 +747,10 @@ VARIANTS = [  # (name, sorter flags)
                                              "--arch", "decoder-only", "--min-len", "2", "--balance", "0.3"]),
     ("experts, dec-only, top-2, swiglu", ["--experts", "4", "--top-k", "2", "--arch", "decoder-only",
                                              "--act", "swiglu", "--no-bias", "--balance", "0"]),
+    ("experts, momentum, decay, clip", ["--experts", "4", "--optimizer", "momentum", "--weight-decay", "0.5",
+                                        "--clip", "0.2", "--label-smoothing", "0.1"]),
+    ("experts, flash, tied, post-norm", ["--experts", "4", "--attention", "flash", "--tie-embeddings", "--norm",
+                                         "post", "--min-len", "2"]),
     ("experts, llama, shared, adam", ["--llama", "--experts", "4", "--shared-experts", "1", "--dec-layers",
                                             "2", "--optimizer", "adam", "--dropout", "0.1"]),
 ]
