@@ -95,14 +95,16 @@ doctest:
 	      how="$$how then make test DOCTEST=/path/to/doctest/doctest.h"; fi; \
 	 echo "error: doctest not found (looked in $(DOCTEST_DIRS)). Install it with: $$how"; exit 1
 
-# make test: one binary, one doctest summary, from five units that build side by side on two cores (the
-# biggest first). tests.cpp is the tutorial's lab notebook (matrix.hpp, model.hpp and train.hpp only), at -O2:
+# make test: one binary, from five units that build side by side on two cores (the biggest first), run as two
+# processes (below). tests.cpp is the tutorial's lab notebook (matrix.hpp, model.hpp and train.hpp only), at -O2:
 # it trains, and -ffp-contract=off makes its numbers the same at any -O level (CI checks an -O2 ./sorter's bits),
 # at half the compile time of -O3. chapters/*_test.cpp and engine/*_test.cpp, with the program's flags. The
-# workbench's tests, workbench/*_test.cpp beside the headers they test, in two units at -O1 (they read and write
-# files and make short runs): those of workbench/a* to o*, and the rest. doctest's main() is compiled once, into
-# doctest-main.o. beside-tests.o is linked first: a function compiled in more than one unit is kept from the first
-# (the linker's rule), so the kernels run as they are tested, at the program's flags.
+# workbench's tests, workbench/*_test.cpp beside the headers they test, in two units at -O0 (they read and write
+# files and make short runs; at -O1 they took 51 CPU seconds to compile, at -O0 32, and the runs are as quick,
+# since what they compute comes from beside-tests.o): those of workbench/a* to o*, and the rest. doctest's main()
+# is compiled once, into doctest-main.o. beside-tests.o is linked first: a function compiled in more than one unit
+# is kept from the first (the linker's rule), so the kernels and the blocks run as they are tested, at the
+# program's flags.
 # DOCTEST_CONFIG_SUPER_FAST_ASSERTS: a CHECK is a call, not a try block of its own (a tenth of the units' compile
 # time); an exception thrown inside a CHECK's expression still fails its test case, as an unexpected exception.
 TEST_FLAGS := -DDOCTEST_CONFIG_SUPER_FAST_ASSERTS
@@ -115,12 +117,12 @@ tests.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) -O2 $(TEST_FLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 workbench-tests-%.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
 	printf '#include "%s"\n' $(WORKBENCH_TESTS_$*) | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
+	  $(CXX) $(FIXED) $(CXXFLAGS) -O0 $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 beside-tests.o: $(BESIDE_TESTS) $(HEADERS) Makefile | doctest
 	printf '#include "%s"\n' $(BESIDE_TESTS) | \
 	  $(CXX) $(FIXED) $(CXXFLAGS) $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 TEST_UNITS := beside-tests.o tests.o workbench-tests-1.o workbench-tests-2.o doctest-main.o
-tests: workbench-tests-2.o workbench-tests-1.o tests.o beside-tests.o doctest-main.o
+tests: workbench-tests-1.o workbench-tests-2.o beside-tests.o tests.o doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $(TEST_UNITS)
 # The lab notebook and the engine's tests alone (CI runs them for ARM64 under qemu, which cannot start ./sorter
 # as the workbench's tests do).
@@ -129,9 +131,17 @@ tests-lab: tests.o beside-tests.o doctest-main.o
 
 # Before the tests run: what the tutorial's blocks import from the system's maths library, as the engine's tests
 # compile them (every block a model can be built with; the lab notebook itself compares maths:: with std::).
+# The run is two processes side by side, one a core, of about the same length (ten seconds each here): the lab
+# notebook's, the chapters' and the engine's tests with the workbench's signals tests (which wait on runs they
+# start), and the rest of the workbench's, printed after them; make test fails if either does. The two halves are
+# one list's -sf and -sfe, so that no test is in neither. ./tests alone runs them all in one.
+comma := ,
+SECOND_HALF := $(subst $() ,$(comma),$(patsubst %,*%,$(filter-out workbench/signals_test.cpp,$(WORKBENCH_TESTS))))
 test: tests
 	@CXX="$(CXX)" fuzz/libm-imports.sh beside-tests.o
-	./tests
+	@./tests -sf='$(SECOND_HALF)' > tests-second-half.log 2>&1 & second=$$!; \
+	 ./tests -sfe='$(SECOND_HALF)'; first_status=$$?; wait $$second; second_status=$$?; \
+	 cat tests-second-half.log; rm -f tests-second-half.log; test $$first_status -eq 0 && test $$second_status -eq 0
 
 # make check-libm BINARY=file [NM=...]: what a build imports from the system's maths library (CI: every build).
 BINARY ?= sorter
@@ -210,7 +220,7 @@ mistakes: exercise-check exercise-mistakes
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
 # workbench's, and its second half (tests.cpp's helpers share names with the engine's and workbench's).
 # float-cast-overflow: a NaN or an inf made an integer (g++ leaves it out of undefined; clang's undefined has it).
-SANITIZE := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
+SANITIZE := -O1 -g1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 tests-sanitize-lab.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
 tests-sanitize-1.o: $(BESIDE_TESTS) $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
@@ -222,22 +232,23 @@ tests-sanitize-2.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile
 tests-sanitize: tests-sanitize-2.o tests-sanitize-1.o tests-sanitize-lab.o doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) -o $@ $^
 
-# ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads); the
-# lab notebook and the engine's tests, two units side by side.
-tests-tsan-%.o: $(HEADERS) tests.cpp $(BESIDE_TESTS) Makefile | doctest
-	printf '#include "%s"\n' $(if $(filter lab,$*),tests.cpp,$(BESIDE_TESTS)) | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -c -o $@ -
-tests-tsan: tests-tsan-lab.o tests-tsan-beside.o doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -g -fsanitize=thread -o $@ $^
+# ThreadSanitizer on the pool's tests and the kernels (--threads: no data race between the pool's threads): the
+# chapters' and the engine's tests, whose "threads:" cases train and decode a model on 1, 2, 3 and 8 threads.
+tests-tsan: $(HEADERS) $(BESIDE_TESTS) Makefile doctest-main.o
+	printf '#include "%s"\n' $(BESIDE_TESTS) | \
+	  $(CXX) $(FIXED) $(CXXFLAGS) -O1 -g1 -fsanitize=thread $(DOCTEST_INCLUDE) -I. -x c++ -o $@ - doctest-main.o
 
 # The two runs side by side, each printed whole when it ends.
 sanitize: tests-sanitize tests-tsan
 	+@$(MAKE) --no-print-directory sanitize-run-address sanitize-run-thread
-sanitize-run-address: tests-sanitize
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./tests-sanitize > tests-sanitize.log 2>&1; \
-	 status=$$?; cat tests-sanitize.log; rm -f tests-sanitize.log; exit $$status
+sanitize-run-address: tests-sanitize  # as make test: its two halves side by side
+	@export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	 ./tests-sanitize -sf='$(SECOND_HALF)' > tests-sanitize-second.log 2>&1 & second=$$!; \
+	 ./tests-sanitize -sfe='$(SECOND_HALF)' > tests-sanitize.log 2>&1; first=$$?; wait $$second; second=$$?; \
+	 cat tests-sanitize.log tests-sanitize-second.log; rm -f tests-sanitize.log tests-sanitize-second.log; \
+	 test $$first -eq 0 && test $$second -eq 0
 sanitize-run-thread: tests-tsan
-	@./tests-tsan -tc="threads:*,fast kernels:*,training: a stacked*" > tests-tsan.log 2>&1; \
+	@./tests-tsan -tc="threads:*,fast kernels:*" > tests-tsan.log 2>&1; \
 	 status=$$?; cat tests-tsan.log; rm -f tests-tsan.log; exit $$status
 
 # Every command pasted in README.md and docs/*.md, run again and compared with the page (timings masked).

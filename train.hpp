@@ -32,7 +32,7 @@ const std::vector<std::string> SCHEDULE_NAMES = {"constant", "linear", "warmup"}
 
 // How a run trains. The defaults were chosen over seeds 1-10: docs/flags.md, "Why these defaults", says how each holds.
 struct TrainConfig {
-    long steps = 5000;
+    long steps = 4000;
     int batch = 16;
     double lr = OPTIMIZERS[0].default_lr;  // with momentum or adam and no --lr, that optimizer's own default
     OptimizerKind optimizer = OptimizerKind::sgd;

@@ -44,6 +44,7 @@ inline Matrix llama_rmsnorm(const Matrix& x, const Param& gamma, std::vector<dou
 // forward: y = gamma * x_hat, x_hat = x * rstd   so   d_gamma += dy * x_hat, d_x_hat = dy * gamma, and (chapter 4)
 //          dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat)): LayerNorm's backward with its mean fixed at 0
 inline Matrix llama_rmsnorm_backward(const Matrix& dy, const Matrix& x, Param& gamma, const std::vector<double>& rstd) {
+    // shows the answers of rmsnorm layernorm: begin (uses dy x gamma rstd)
     Matrix dx(x.rows, x.cols);
     for (int i = 0; i < x.rows; i++) {
         double mean_d_xhat = 0.0;
@@ -55,6 +56,7 @@ inline Matrix llama_rmsnorm_backward(const Matrix& dy, const Matrix& x, Param& g
             dx.at(i, j) = rstd[i] * (dy.at(i, j) * gamma.value.at(0, j) - x.at(i, j) * rstd[i] * mean_d_xhat);
     }
     return dx;
+    // shows the answers: end
 }
 
 // One layer: x (n_seq L, d_model) -> (n_seq L, d_model), positions 0 .. L-1 in each sequence; mask as the model's
@@ -108,6 +110,7 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
 
 // The mirror: d_out (n_seq L, d_model) -> dx (n_seq L, d_model); adds (+=) into every weight's grad in block.
 inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, const LlamaLayerSaved& s) {
+    // shows the answers of rmsnorm swiglu attention heads rotary decoder-block: begin (uses block d_out s)
     MultiHeadAttention& attn = block.self_attn;
     SwiGLU& ffn = std::get<SwiGLU>(block.ffn.block);
     const int n_seq = s.n_seq, L = s.x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
@@ -138,21 +141,18 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
             // forward: add_into_block(matmul_fast(P, v), e * L, col, joined)
             matmul_backward_fast(take_block(d_joined, e * L, L, col, d_k), P, take_block(s.V, e * L, L, kv_col, d_k),
                                  dP, dv);
-            // forward: P = softmax_rows(scores): dscores = P * (dP - sum_j dP P), row by row. A masked score is a
-            // constant (-1e9) and gets no gradient: its P is exactly 0, so this gives it exactly 0
+            // forward: P = softmax_rows(scores): dscores = P * (dP - sum_j dP P); a masked key's P is 0, its grad 0
             softmax_rows_backward(dP, P, d_scores);
             // forward: scores = scale(matmul_bt_fast(q, k), 1 / sqrt(d_k))
             scale_backward(d_scores, 1.0 / std::sqrt(double(d_k)), d_qk);
             matmul_bt_backward_fast(d_qk, take_block(s.Q, e * L, L, col, d_k), take_block(s.K, e * L, L, kv_col, d_k),
                                     dq, dk);
-            // forward: q, k, v = take_block(Q at col, K and V at kv_col). GQA: the kv_mul query heads that share one
-            // key/value head each add their share (+=), the chain rule's sum over the head's uses
+            // forward: q, k, v = take_block(...). GQA: kv_mul query heads share a K and V head, so each adds (+=)
             add_into_block(dq, e * L, col, dQ);
             add_into_block(dk, e * L, kv_col, dK);
             add_into_block(dv, e * L, kv_col, dV);
         }
-    // forward: RoPE, Q = R Q and K = R K, pair by pair. A rotation's backward is its transpose, the rotation by minus
-    // the angle: dQ = R(-angle) dQ. (Nothing was saved for it: the angle is the position's.)
+    // forward: RoPE, Q = R Q, K = R K pair by pair: a rotation's backward is its transpose, R(-angle) (nothing saved)
     dQ = rotate_pairs(std::move(dQ), L, 0, d_k, -1.0);
     dK = rotate_pairs(std::move(dK), L, 0, d_k, -1.0);
     // forward: Q = matmul_fast(xb, W_q), K = matmul_fast(xb, W_k), V = matmul_fast(xb, W_v): xb's three uses add (+=)
@@ -163,4 +163,5 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     // forward: xb = llama_rmsnorm(x, gamma): the second path to x
     accumulate(dx, llama_rmsnorm_backward(d_xb, s.x, std::get<RMSNorm>(block.self_sub.norm.block).gamma, s.rstd1));
     return dx;
+    // shows the answers: end
 }

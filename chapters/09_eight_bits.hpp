@@ -19,9 +19,9 @@ struct Quantized {
     int rows = 0, cols = 0;      // Wt's shape: (d_out, d_in), one row an output
     int bits = 8, group = 64;    // the width of q, and the weights a scale covers
     std::vector<int8_t> q;       // (rows, cols), row by row
-    std::vector<double> scale;   // (rows, cols / group): row j's groups, in order, each a float32's value
-    std::vector<int16_t> packed_q;      // engine only: q and scale laid out for engine/kernels.hpp's product (its
-    std::vector<double> packed_scale;   // pack_weights, again after q changes; empty: laid out at each call)
+    std::vector<double> scales;  // (rows, cols / group): row j's groups, in order, each a float32's value
+    std::vector<int16_t> packed_q;      // engine only: q and scales laid out for engine/kernels.hpp's product (its
+    std::vector<double> packed_scales;  // pack_weights, again after q changes; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
 
@@ -48,9 +48,22 @@ struct Quantized {
 // the same bits on every thread count and every build. Its error against the float model is the weights' rounding
 // above, plus the activations' (half a step of scale_x each).
 // (Quantized, the integers and scales of a matrix, is defined at the top of this file; Param holds it: matrix.hpp.)
-// The group of a width: runq.c's 64 (8 bits) or llama.cpp's 32 (fewer bits), halved until it divides the width.
+// The rule of a width, in this one place: 8 bits, Q8_0 (runq.c): whole numbers -127 .. 127, groups of 64, the scale
+// max|w| / 127; fewer bits, Q4_0's rule (llama.cpp): -2^(bits-1) .. 2^(bits-1) - 1, groups of 32, the scale the
+// group's largest weight m, its sign kept, over the lowest level (m / -2^(bits-1)). Either way the scale's divisor is
+// -lowest.
+struct Levels {
+    bool symmetric;       // 8 bits: as many levels below 0 as above
+    int lowest, highest;  // the whole numbers a weight may be
+    int group;            // the weights a scale is shared by, at most
+};
+inline Levels levels_of(int bits) {
+    if (bits == 8) return {true, -127, 127, 64};
+    return {false, -(1 << (bits - 1)), (1 << (bits - 1)) - 1, 32};
+}
+// The group of a width: its levels' group, halved until it divides the width.
 inline int group_for(int bits, int width) {
-    int group = bits == 8 ? 64 : 32;
+    int group = levels_of(bits).group;
     while (width % group != 0) group /= 2;
     return group;
 }
@@ -66,22 +79,23 @@ inline double group_scale(const double* w, int n, int bits) {
     double largest = 0.0, signed_largest = 0.0;  // max|w|, and that weight with its sign (the first, on a tie)
     for (int k = 0; k < n; k++)
         if ((w[k] < 0 ? -w[k] : w[k]) > largest) largest = w[k] < 0 ? -w[k] : w[k], signed_largest = w[k];
-    return bits == 8 ? largest / 127.0 : signed_largest / -double(1 << (bits - 1));
+    const Levels levels = levels_of(bits);
+    return levels.symmetric ? largest / levels.highest : signed_largest / levels.lowest;
 }
 // Wt (rows, cols) quantized: each row's groups of `group_for(bits, cols)` weights.
 inline Quantized quantize(const Matrix& Wt, int bits) {
     Quantized Q;
     Q.rows = Wt.rows, Q.cols = Wt.cols, Q.bits = bits, Q.group = group_for(bits, Wt.cols);
-    const int lowest = bits == 8 ? -127 : -(1 << (bits - 1)), highest = bits == 8 ? 127 : (1 << (bits - 1)) - 1;
+    const Levels levels = levels_of(bits);
     Q.q.resize(Wt.data.size());
     for (int r = 0; r < Wt.rows; r++)
         for (int g = 0; g < Q.groups(); g++) {
             const std::size_t at = std::size_t(r) * Wt.cols + std::size_t(g) * Q.group;
             const double scale = double(float(group_scale(&Wt.data[at], Q.group, bits)));  // kept as a float, as
-            Q.scale.push_back(scale);                                                           // runq.c keeps it
+            Q.scales.push_back(scale);                                                           // runq.c keeps it
             for (int k = 0; k < Q.group; k++) {
                 const int q = scale == 0.0 ? 0 : rounded(Wt.data[at + k] / scale);
-                Q.q[at + k] = int8_t(std::min(highest, std::max(lowest, q)));
+                Q.q[at + k] = int8_t(std::min(levels.highest, std::max(levels.lowest, q)));
             }
         }
     return Q;
@@ -90,7 +104,7 @@ inline Matrix dequantize(const Quantized& Q) {  // -> (rows, cols): q * scale, e
     Matrix Wt(Q.rows, Q.cols);
     for (int r = 0; r < Q.rows; r++)
         for (int c = 0; c < Q.cols; c++)
-            Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
+            Wt.at(r, c) = Q.q[std::size_t(r) * Q.cols + c] * Q.scales[std::size_t(r) * Q.groups() + c / Q.group];
     return Wt;
 }
 // One group of n activations x quantized Q8_0 into qx: returns its scale. A group holding an inf or a NaN (a model
@@ -119,7 +133,7 @@ inline void quantized_product_rows(const Matrix& X, const Quantized& Wt, Matrix&
             for (int g = 0; g < G; g++) {
                 int32_t sum = 0;  // exact: whole numbers
                 for (int k = g * size; k < (g + 1) * size; k++) sum += int32_t(qx[k]) * int32_t(w[k]);
-                y += double(sum) * Wt.scale[std::size_t(j) * G + g] * scale_x[g];
+                y += double(sum) * Wt.scales[std::size_t(j) * G + g] * scale_x[g];
             }
             Y.at(i, j) = y;
         }

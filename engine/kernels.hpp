@@ -187,22 +187,22 @@ inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Mat
 // the int32 sums.
 constexpr int QUANT_ROWS = 4, QUANT_COLS = 64;
 
-// Wt laid out for the tile, into Wt.packed_q and Wt.packed_scale: outputs in blocks of QUANT_COLS (the last block's
+// Wt laid out for the tile, into Wt.packed_q and Wt.packed_scales: outputs in blocks of QUANT_COLS (the last block's
 // missing outputs are zeros), and in a block, input by input, the QUANT_COLS weights of that input side by side
 // (int16, as the lanes take them); the scales likewise, group by group. Done once, when a model's matrix is
 // quantized or read (workbench/quantize.hpp): decoding multiplies a few rows at a time (8 for the large model of
 // docs/performance.md), and laying the weights out at every call cost much of its 8-bit evaluation (how much: there).
 //   packed_q     (blocks, d_in, QUANT_COLS):   packed_q[(b d_in + k) QUANT_COLS + c] = q[b QUANT_COLS + c][k]
-//   packed_scale (blocks, groups, QUANT_COLS): packed_scale[(b groups + g) QUANT_COLS + c] = scale[b QUANT_COLS + c][g]
+//   packed_scales (blocks, groups, QUANT_COLS): packed_scales[(b groups + g) QUANT_COLS + c] = scale[b QUANT_COLS + c][g]
 inline void pack_weights(Quantized& Wt) {
     constexpr int J = QUANT_COLS;
     const int blocks = (Wt.rows + J - 1) / J, G = Wt.groups();
     Wt.packed_q.assign(std::size_t(blocks) * Wt.cols * J, 0);
-    Wt.packed_scale.assign(std::size_t(blocks) * G * J, 0.0);
+    Wt.packed_scales.assign(std::size_t(blocks) * G * J, 0.0);
     for (int j = 0; j < Wt.rows; j++) {
         const std::size_t b = std::size_t(j / J), c = std::size_t(j % J);
         for (int k = 0; k < Wt.cols; k++) Wt.packed_q[(b * Wt.cols + k) * J + c] = Wt.q[std::size_t(j) * Wt.cols + k];
-        for (int g = 0; g < G; g++) Wt.packed_scale[(b * G + g) * J + c] = Wt.scale[std::size_t(j) * G + g];
+        for (int g = 0; g < G; g++) Wt.packed_scales[(b * G + g) * J + c] = Wt.scales[std::size_t(j) * G + g];
     }
 }
 // Rows i0 .. i0+R-1 of Y, outputs j0 .. j0 + width - 1 (width <= QUANT_COLS): qx, scale_x the quantized rows of X
@@ -289,7 +289,7 @@ inline Matrix quantized_product_fast(const Matrix& X, const Quantized& Wt) {
     parallel_for(n, QUANT_ROWS, double(n) * d_in * Wt.rows, [&](int i0, int i1) {
         for (int j0 = 0; j0 < Wt.rows; j0 += J) {
             const int16_t* w = P.packed_q.data() + std::size_t(j0) * d_in;
-            const double* scale_w = P.packed_scale.data() + std::size_t(j0) * G;
+            const double* scale_w = P.packed_scales.data() + std::size_t(j0) * G;
             const int width = std::min(J, Wt.rows - j0);
             int i = i0;
             for (; i + QUANT_ROWS <= i1; i += QUANT_ROWS)

@@ -530,10 +530,11 @@ void rotary_check(Checker& c, const ModelConfig& config, Backward backward) {
         for (int i = 0; i < 8; i++)
             for (int j = 0; j < 8; j++) W->W.value.at(i, j) = i == j;
     jitter({{"W_v", &mha.W_v.W}, {"W_o", &mha.W_o.W}}, rng);
-    const int L = 4, d_k = mha.d_k;
+    constexpr int L = 4;  // rows a sequence (a constant: the lambdas below read it uncaptured)
+    const int d_k = mha.d_k;
     Clues clues;
     clues.sequence_rows = L;
-    auto turn = [L, d_k](int rows_a_turn, int first, double sign) {
+    auto turn = [d_k](int rows_a_turn, int first, double sign) {
         return [=](const Matrix& truth) {
             return rotate_pairs(truth, rows_a_turn == 0 ? L : rows_a_turn, first, d_k, sign);
         };

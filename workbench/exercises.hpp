@@ -54,7 +54,8 @@ const std::vector<Exercise> EXERCISES = {
      {"softmax_rows", "time softmax_rows", "attention", "MultiHeadAttention", "model"}, {{"", as_default}}},
     {"layernorm", "LayerNorm::backward (model.hpp)",
      {"LayerNorm", "time LayerNorm", "EncoderBlock", "DecoderBlock", "model"}, {{"", as_default}}},
-    {"rmsnorm", "RMSNorm::backward (chapters/04_todays_blocks.hpp)", {"RMSNorm", "time RMSNorm", "EncoderBlock", "model"},
+    {"rmsnorm", "RMSNorm::backward (chapters/04_todays_blocks.hpp)",
+     {"RMSNorm", "time RMSNorm", "EncoderBlock", "model"},
      {{" [rmsnorm]", [](ModelConfig& m, TrainConfig&) { m.rms_norm = true; }}}},
     {"embedding", "Embedding::backward, the scatter-add (model.hpp)", {"Embedding", "time Embedding", "model"},
      {{" [learned positions]", [](ModelConfig& m, TrainConfig&) { m.positions = Positions::learned; }},
@@ -64,7 +65,8 @@ const std::vector<Exercise> EXERCISES = {
     {"cross-entropy", "cross_entropy's gradient, with label smoothing (train.hpp)", {"cross_entropy", "model"},
      {{" [smoothing 0.1]", [](ModelConfig&, TrainConfig& t) { t.label_smoothing = 0.1; }},
       {" [no smoothing]", as_default}}},
-    {"dropout", "dropout_backward (chapters/02_dropout.hpp)", {"dropout", "attention", "EncoderBlock", "DecoderBlock", "model"},
+    {"dropout", "dropout_backward (chapters/02_dropout.hpp)",
+     {"dropout", "attention", "EncoderBlock", "DecoderBlock", "model"},
      {{" [dropout 0.05]", [](ModelConfig& m, TrainConfig&) { m.dropout = m.attn_dropout = 0.05; }},
       {" [no dropout]", as_default}}},
     {"attention", "attention_backward (model.hpp)", {"attention", "time attention", "MultiHeadAttention", "model"},
@@ -120,14 +122,39 @@ inline bool starts_with(const std::string& s, const std::string& prefix) {
     return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// A region that writes out answers of other code (chapter 07's Llama layer spells out RMSNorm's, attention's and the
+// heads' backwards as one function) is marked "// shows the answers of NAME NAME ...: begin (uses ...)" and
+// "// shows the answers: end": handing out any of those exercises cuts it too, to a line that throws, so the copy
+// does not hold the answer in a second place.
+inline bool shows_answer_of(const std::string& words, const std::string& name) {
+    const std::string marker = "// shows the answers of ";
+    if (!starts_with(words, marker)) return false;
+    const std::vector<std::string> names = split_words(words.substr(marker.size(), words.find(':') - marker.size()));
+    return std::find(names.begin(), names.end(), name) != names.end();
+}
 inline std::string cut(const std::string& text, const std::string& name) {
     const std::string begin = "// exercise " + name + ": begin", end = "// exercise " + name + ": end";
     std::istringstream in(text);
     std::string out, line, indent, uses;
-    bool inside = false, only_comments = true;
+    bool inside = false, only_comments = true, showing = false;
     while (std::getline(in, line)) {
         const std::string words = trimmed(line);
-        if (!inside && starts_with(words, begin)) {
+        if (!inside && !showing && shows_answer_of(words, name)) {
+            showing = true;
+            indent = line.substr(0, line.size() - words.size());
+            std::size_t open = words.find("(uses ");
+            uses = open == std::string::npos ? "" : words.substr(open + 6, words.find(')', open) - open - 6);
+        } else if (showing && starts_with(words, "// shows the answers: end")) {
+            showing = false;
+            out += indent + "// (cut from this copy: these lines show exercise " + name + "'s answer)\n";
+            std::string voids;
+            for (const std::string& used : split_words(uses)) voids += "(void)" + used + "; ";
+            if (!voids.empty()) out += indent + voids.substr(0, voids.size() - 1) + "\n";
+            out += indent + "throw std::logic_error(\"cut from this copy: it shows exercise " + name + "'s answer\");"
+                   "\n";
+        } else if (showing) {
+            continue;
+        } else if (!inside && starts_with(words, begin)) {
             inside = true, only_comments = true;
             indent = line.substr(0, line.size() - words.size());
             std::size_t open = words.find("(uses ");
@@ -151,6 +178,7 @@ inline std::string cut(const std::string& text, const std::string& name) {
         }
     }
     if (inside) fail("exercise " + name + ": a '" + begin + "' without its '" + end + "'");
+    if (showing) fail("exercise " + name + ": a '// shows the answers of' without its '// shows the answers: end'");
     return out;
 }
 

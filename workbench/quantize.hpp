@@ -40,7 +40,7 @@ inline std::string cannot_train_text(const std::string& file, int bits) {
 constexpr double FLOAT_LIMIT = double(FLT_MAX) + 0x1p103;
 inline bool fits_float(double v) { return std::fabs(v) < FLOAT_LIMIT; }
 // What group_scale divides a group's largest weight by at `bits`: its largest scale is the largest weight over this.
-inline double scale_divisor(int bits) { return bits == 8 ? 127.0 : double(1 << (bits - 1)); }
+inline double scale_divisor(int bits) { return -double(levels_of(bits).lowest); }  // chapter 09's rule
 
 // Why the model cannot be quantized to `bits` ("" when it can): a weight so large that its group's scale would not
 // fit a float32. Every matrix is checked before any is quantized, so nothing is printed of a model that is refused.
@@ -69,7 +69,7 @@ inline void quantize_model(Transformer& model, int bits) {
         const Matrix back = dequantize(Q);
         double error = 0.0, half_step = 0.0;
         for (std::size_t i = 0; i < Wt.data.size(); i++) error = std::max(error, std::fabs(Wt.data[i] - back.data[i]));
-        for (double s : Q.scale) half_step = std::max(half_step, std::fabs(s) / 2);
+        for (double s : Q.scales) half_step = std::max(half_step, std::fabs(s) / 2);
         std::printf("quantized %-28s %-10s to %d bits, groups of %2d: max error %.6f (largest half step %.6f)\n",
                     name.c_str(), shape_text(p->value).c_str(), bits, Q.group, error, half_step);
         worst = std::max(worst, error);
@@ -83,7 +83,7 @@ inline void quantize_model(Transformer& model, int bits) {
 // group scales (float32 values, as runq.c keeps them: "%.9g" reads back to the same float), then its whole numbers.
 inline void write_quantized(FILE* f, const Quantized& Q) {
     for (int r = 0; r < Q.rows; r++) {
-        for (int g = 0; g < Q.groups(); g++) std::fprintf(f, "%.9g ", Q.scale[std::size_t(r) * Q.groups() + g]);
+        for (int g = 0; g < Q.groups(); g++) std::fprintf(f, "%.9g ", Q.scales[std::size_t(r) * Q.groups() + g]);
         for (int c = 0; c < Q.cols; c++)
             std::fprintf(f, "%d%c", int(Q.q[std::size_t(r) * Q.cols + c]), c + 1 == Q.cols ? '\n' : ' ');
     }
@@ -93,7 +93,7 @@ inline void read_quantized(WordReader& r, const std::string& name, Param& p, int
     Quantized Q;
     Q.rows = kept_transposed(name) ? W.cols : W.rows, Q.cols = kept_transposed(name) ? W.rows : W.cols;
     Q.bits = bits, Q.group = group_for(bits, Q.cols);
-    const long lowest = bits == 8 ? -127 : -(1L << (bits - 1)), highest = bits == 8 ? 127 : (1L << (bits - 1)) - 1;
+    const long lowest = levels_of(bits).lowest, highest = levels_of(bits).highest;
     const std::string what = "tensor '" + name + "'";
     for (int row = 0; row < Q.rows; row++) {
         for (int g = 0; g < Q.groups(); g++) {
@@ -106,7 +106,7 @@ inline void read_quantized(WordReader& r, const std::string& name, Param& p, int
             if (!fits_float(scale))
                 r.error(what + fmt(" row %d: scale ", row) + w + fmt(" is beyond float32's range (a scale is kept as "
                                                                      "a float32, at most %.9g in size)", FLT_MAX));
-            Q.scale.push_back(double(float(scale)));  // the float "%.9g" was written from
+            Q.scales.push_back(double(float(scale)));  // the float "%.9g" was written from
         }
         for (int c = 0; c < Q.cols; c++) {
             std::string w = r.next();

@@ -25,7 +25,7 @@ TEST_CASE("quantize: every weight within half its group's scale after a round tr
         int clamped = 0;
         for (int r = 0; r < W.rows; r++)
             for (int c = 0; c < W.cols; c++) {
-                const double signed_scale = Q.scale[std::size_t(r) * Q.groups() + c / Q.group];
+                const double signed_scale = Q.scales[std::size_t(r) * Q.groups() + c / Q.group];
                 const double scale = std::fabs(signed_scale), error = std::fabs(W.at(r, c) - back.at(r, c));
                 const bool beyond = bits < 8 && W.at(r, c) / signed_scale > top + 0.5;  // rounds past the top level
                 clamped += beyond;
@@ -141,7 +141,7 @@ TEST_CASE("quantize: each extreme value of a quantized file loads and runs; past
             Transformer back = read_kept(in, "--load q.txt", kept);
             for (auto& [name, p] : back.parameters())
                 for (const Quantized& Q : p->quantized)
-                    for (double s : Q.scale) CHECK(s == double(float(std::strtod(scale.c_str(), nullptr))));
+                    for (double s : Q.scales) CHECK(s == double(float(std::strtod(scale.c_str(), nullptr))));
             CHECK(evaluate(back, data.held_out).total == 20);  // it runs: greedy decoding of every held-out input
             teacher_forced_loss(back, data.held_out);
         }
@@ -180,7 +180,7 @@ TEST_CASE("quantize: a model whose values overflow runs on to NaN, never to a Na
             continue;
         }
         Quantized Q = p->quantized[0];
-        std::fill(Q.scale.begin(), Q.scale.end(), double(FLT_MAX));
+        std::fill(Q.scales.begin(), Q.scales.end(), double(FLT_MAX));
         std::fill(Q.q.begin(), Q.q.end(), int8_t(127));
         set_quantized(*p, name, std::move(Q));
     }

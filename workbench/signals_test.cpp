@@ -153,8 +153,8 @@ TEST_CASE("signals: a Ctrl-C after training cuts the evaluation short and keeps 
 TEST_CASE("signals: a loaded model's scoring, --inspect and --test-len are cut short as after training") {
     TempDir dir("sigloaded");
     std::string m = dir.file("m.txt");
-    REQUIRE(run_error({"--steps", "5", "--d-model", "64", "--heads", "4", "--d-ff", "256", "--enc-layers", "2",
-                       "--dec-layers", "2", "--save", m}).empty());
+    REQUIRE(run_error({"--steps", "5", "--d-model", "32", "--heads", "4", "--d-ff", "128", "--enc-layers", "2",
+                       "--dec-layers", "2", "--save", m}).empty());  // large enough that each phase lasts
     const std::vector<std::pair<int, std::string>> plan = {  // the signal, and the line it comes after
         {SIGTERM, "seed 1, 5 updates made"}, {SIGINT, "--- inspect: held-out"},
         {SIGHUP, "--- held-out exact-match by"}};
@@ -213,7 +213,7 @@ TEST_CASE("signals: an evaluation cut short scores its first chunk and says so")
 // schedule, whose rate depends on the planned end.
 TEST_CASE("--save-every and --finish: a killed run finishes with the same bits") {
     TempDir dir("finish");
-    const std::vector<std::string> run = {"--steps", "2000", "--dropout", "0.1", "--optimizer", "adam",
+    const std::vector<std::string> run = {"--steps", "800", "--dropout", "0.1", "--optimizer", "adam",
                                           "--d-model", "8", "--d-ff", "16", "--eval-every", "1000000"};
     auto with = [&](std::vector<std::string> more) {
         more.insert(more.begin(), run.begin(), run.end());
@@ -225,7 +225,7 @@ TEST_CASE("--save-every and --finish: a killed run finishes with the same bits")
     CHECK(contains(out, "checkpoint: " + every + " every 50 steps and at the end; if the run is cut short, finish it "
                         "with\n  ./sorter --load " + every + " --finish --save " + every + " --save-every 50\n"));
     CHECK(read_all(every) == read_all(whole));
-    CHECK(contains(read_all(whole), "\nupdates 2000\nplanned_steps 2000\n"));
+    CHECK(contains(read_all(whole), "\nupdates 800\nplanned_steps 800\n"));
 
     pid_t pid = start_run(with({"--save", killed, "--save-every", "50"}), dir.file("log"));
     for (int i = 0; i < 6000 && updates_in(killed) < 100; i++) usleep(1000);  // some steps in, then kill -9
@@ -237,13 +237,13 @@ TEST_CASE("--save-every and --finish: a killed run finishes with the same bits")
     CHECK(kept >= 100);
     for (const std::string& name : dir.listing())  // a SIGKILL during a save leaves its temporary: remove it
         if (contains(name, ".tmp-")) std::filesystem::remove(dir.file(name));
-    if (kept < 2000) {
+    if (kept < 800) {
         std::string finished = run_output({"--load", killed, "--finish", "--save", killed});
-        CHECK(contains(finished, fmt("steps %ld to 2000", kept + 1)));
+        CHECK(contains(finished, fmt("steps %ld to 800", kept + 1)));
     }
     CHECK(read_all(killed) == read_all(whole));
     CHECK(contains(run_error({"--load", whole, "--finish", "--save", whole}),
-                   "the run in " + whole + " made all 2000 of its planned steps; to train it further, give --steps N"));
+                   "the run in " + whole + " made all 800 of its planned steps; to train it further, give --steps N"));
 }
 
 TEST_CASE("--finish and --save-every: one-line refusals") {
