@@ -118,6 +118,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         train_seconds += seconds_since(t0);
         if (!o.report_path.empty()) record_gradient_norms(model, history);
         record_loss(o, history, loss, step);  // a loss that is not finite ends the run here, before this step's save
+        history.recent_balance += balance_loss_of(model);  // the experts' balance loss, reported apart (chapter 11)
         const bool stopping = training_stopped(), ending = stopping || step == last;
         const bool saving = !o.save_path.empty() && (ending || (o.save_every > 0 && step % o.save_every == 0));
         if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold

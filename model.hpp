@@ -7,6 +7,7 @@
 // square root, a final LayerNorm before the output projection. Later chapters plug in where this file includes them.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,11 @@ struct ModelConfig {
     Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder (chapter 06)
     Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers (chapter 08)
     int bits = 0;                 // inference only: a quantized model's weight width (chapter 09); 0: float64
+    int experts = 0;              // --experts E: each feed-forward becomes E experts and a router (chapter 11); 0: one
+    int top_k_asked = 0;          // --top-k K: experts kept a token; 0: min(2, E)
+    int top_k() const { return top_k_asked > 0 ? top_k_asked : std::min(2, experts); }
+    int shared_experts = 0;       // --shared-experts N: experts every token goes through, besides its K
+    double balance = 0.01;        // --balance A: the experts' balance loss weight (Switch's alpha; 0: none)
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -220,7 +220,8 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 // A batch's loss: the mean over its n_seq examples of cross_entropy, example e owning rows e*T .. of the logits
 // (n_seq T, vocab); d_logits (caller-zeroed) gets its gradient. `plain` is the cross-entropy the table prints; with
 // label smoothing, `followed` is the smoothed loss whose gradient training follows (without, the two are one).
-struct Loss { double plain = 0.0, followed = 0.0; };
+// `balance` is the experts' balance loss (chapter 11), a term training follows too, reported apart; 0 without experts.
+struct Loss { double plain = 0.0, followed = 0.0, balance = 0.0; };
 inline Loss batch_loss(const Matrix& logits, const std::vector<Example>& batch, double label_smoothing,
                        Matrix& d_logits) {
     Loss loss;
@@ -249,6 +250,18 @@ struct TrainState {
         : optimizer(c.optimizer, c.weight_decay, c.clip), batch_draws(training_rng(seed)) {}
 };
 
+// The experts' balance loss (chapter 11): the sum of every block's from the last forward; 0 without experts. Each
+// block's backward adds its gradient itself.
+inline double balance_loss_of(Transformer& model) {
+    double total = 0.0;
+    auto add = [&](const FeedForwardBlock& f) {
+        if (const Experts* moe = std::get_if<Experts>(&f.block)) total += moe->balance_loss;
+    };
+    for (const EncoderBlock& block : model.encoder) add(block.ffn);
+    for (const DecoderBlock& block : model.decoder) add(block.ffn);
+    return total;
+}
+
 // The gradient of a batch's mean loss: zero every grad, run the batch forward in training mode (one stack of rows;
 // dropout on), score it, run backward. Returns the loss; every parameter's grad holds its part.
 inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, double label_smoothing) {
@@ -259,6 +272,7 @@ inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, d
     model.train(false);
     Matrix d_logits(logits.rows, logits.cols);
     Loss loss = batch_loss(logits, batch, label_smoothing, d_logits);
+    loss.balance = balance_loss_of(model);  // with experts: their term, whose gradient backward adds
     model.backward(d_logits);  // += into every grad
     return loss;
 }

@@ -4,7 +4,7 @@
 // What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and
 // --act swiglu (Shazeer 2020), Llama's norm and feed-forward. What it changes in the first part: Norm and
 // FeedForwardBlock (model.hpp) may hold these; norm_of and feed_forward_of, at the end, choose once, when a model is
-// built.
+// built. A FeedForwardBlock may also hold chapter 11's experts, each one of these.
 #pragma once
 
 #include <algorithm>
@@ -172,7 +172,8 @@ struct OneOf {
     }
 };
 using Norm = OneOf<LayerNorm, RMSNorm>;
-using FeedForwardBlock = OneOf<FeedForward, SwiGLU>;
+struct Experts;  // chapter 11: E feed-forwards of one kind and a router that sends each token to K of them
+using FeedForwardBlock = OneOf<FeedForward, SwiGLU, Experts>;
 
 // ---------------------------------------------------------------------------------------------
 // The choice of norm and of feed-forward, made here once, when a model is built: the blocks call these.
@@ -180,7 +181,11 @@ inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here on
     if (c.rms_norm) return {RMSNorm(c.d_model)};
     return {LayerNorm(c.d_model)};
 }
+inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng);
+// A mixture of experts (--experts E) holds E feed-forwards, each built by feed_forward_of below: chapter 11.
+#include "11_experts.hpp"
 inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
+    if (c.experts > 0) return {Experts(c, rng)};  // E experts of the kind chosen below (chapter 11)
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
     switch (c.activation) {
     case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};

@@ -118,6 +118,13 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
         {"attention in tiles, decoder-only, grouped-query", [](ModelConfig& m, DataConfig&, TrainConfig&) {
              m.attention = Attention::flash, m.arch = Arch::decoder_only, m.enc_layers = 0, m.kv_heads_asked = 2;
          }},
+        {"experts: 8, top-2, a shared one, balance 0.1 (chapter 11)", [](ModelConfig& m, DataConfig&, TrainConfig&) {
+             m.experts = 8, m.top_k_asked = 2, m.shared_experts = 1, m.balance = 0.1;
+         }},
+        {"experts: decoder-only, 4, top-1, SwiGLU, Adam", [](ModelConfig& m, DataConfig&, TrainConfig& t) {
+             m.arch = Arch::decoder_only, m.enc_layers = 0, m.experts = 4, m.top_k_asked = 1;
+             m.activation = Activation::swiglu, t.optimizer = OptimizerKind::adam, t.lr = 0.003;
+         }},
     };
     for (const Case& c : cases) {
         DataConfig d;

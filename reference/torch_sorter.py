@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 try:
@@ -76,9 +76,16 @@ class ModelConfig:  # struct ModelConfig
     arch: str = "encoder-decoder"  # encoder-decoder | decoder-only
     attention: str = "plain"       # plain | flash: how sorter trains it; here, flash runs PyTorch's own
     no_bias: bool = False          # no bias in the feed-forward and the output projection (Llama's)
+    experts: int = 0               # a mixture of experts (chapter 11): E feed-forwards and a router; 0: one
+    top_k: int = 0                 # experts kept a token; 0: min(2, E)
+    shared_experts: int = 0        # experts every token goes through
+    balance: float = 0.01          # the balance loss's weight alpha
 
     def key_value_heads(self):
         return self.kv_heads or self.n_heads
+
+    def kept_experts(self):  # top_k(): K
+        return self.top_k or min(2, self.experts)
 
 
 def xavier(rows, cols):
@@ -266,6 +273,48 @@ class FeedForward:  # struct FeedForward: y = act(x W_1 + b_1) W_2 + b_2, act Re
         return [(n, t) for n, t in p if t is not None]  # --no-bias: no b_1, b_2, b_3
 
 
+class Experts:  # struct Experts (chapters/11_experts.hpp), written on its own: torch.sort, gather, index_add
+    """out[r] = sum_k gate[r, k] expert_{chosen[r, k]}(x[r]) + sum_j shared_j(x[r]); gate = softmax over the K kept
+    router scores; the K highest scores kept, a tie to the lower expert index (a stable sort, descending). Only the
+    rows routed to an expert go through it. The balance loss alpha E sum_i f_i P_i is kept in balance_loss."""
+    def __init__(self, c):
+        self.K, self.alpha = c.kept_experts(), c.balance
+        self.router = Linear(c.d_model, c.experts, bias=False)  # (d_model -> E)
+        one = replace(c, experts=0, shared_experts=0)
+        self.experts = [FeedForward(one) for _ in range(c.experts)]
+        self.shared = [FeedForward(one) for _ in range(c.shared_experts)]
+        self.balance_loss = 0.0
+
+    def __call__(self, x):  # x (..., d_model): its rows in sorter's order (sequence by sequence)
+        rows = x.reshape(-1, x.shape[-1])  # (n, d_model)
+        scores = self.router(rows)  # (n, E)
+        n, E = scores.shape
+        chosen = torch.sort(scores.detach(), dim=1, descending=True, stable=True).indices[:, :self.K]  # (n, K)
+        gate = torch.softmax(scores.gather(1, chosen), dim=1)  # (n, K)
+        out = torch.zeros_like(rows)
+        for i, expert in enumerate(self.experts):
+            r, k = (chosen == i).nonzero(as_tuple=True)  # its rows, and the slot it holds in each
+            if len(r) > 0:
+                out = out.index_add(0, r, gate[r, k].unsqueeze(1) * expert(rows[r]))
+        for expert in self.shared:
+            out = out + expert(rows)
+        share = torch.bincount(chosen.flatten(), minlength=E).to(rows.dtype) / (self.K * n)  # f_i: no gradient
+        self.balance_loss = self.alpha * E * (share * torch.softmax(scores, dim=1).mean(dim=0)).sum()
+        return out.view(x.shape)
+
+    def params(self, name):
+        p = [(f"{name}.router.W", self.router.W)]
+        for i, expert in enumerate(self.experts):
+            p += expert.params(f"{name}.experts.{i}")
+        for j, expert in enumerate(self.shared):
+            p += expert.params(f"{name}.shared.{j}")
+        return p
+
+
+def feed_forward_of(c):  # feed_forward_of(): experts when E > 0
+    return Experts(c) if c.experts > 0 else FeedForward(c)
+
+
 class Sublayer:  # struct Sublayer: pre-norm x + f(LN(x)), post-norm LN(x + f(x))
     def __init__(self, c):
         self.norm = LayerNorm(c.d_model, c.rms_norm)
@@ -284,7 +333,7 @@ class EncoderBlock:  # struct EncoderBlock: self-attention, then feed-forward.  
     def __init__(self, c):
         self.attn_sub, self.ffn_sub = Sublayer(c), Sublayer(c)
         self.self_attn = MultiHeadAttention(c, self_attention=True)
-        self.ffn = FeedForward(c)
+        self.ffn = feed_forward_of(c)
 
     def __call__(self, x, src_allowed):
         a = self.attn_sub.input(x)
@@ -302,7 +351,7 @@ class DecoderBlock:  # struct DecoderBlock: causal self-attention, cross-attenti
         self.self_sub, self.cross_sub, self.ffn_sub = Sublayer(c), Sublayer(c), Sublayer(c)
         self.self_attn = MultiHeadAttention(c, self_attention=True)
         self.cross_attn = MultiHeadAttention(c) if self.cross else None
-        self.ffn = FeedForward(c)
+        self.ffn = feed_forward_of(c)
 
     def __call__(self, y, memory, causal, memory_allowed):  # memory (B, S, d_model), or None
         a = self.self_sub.input(y)
@@ -375,6 +424,9 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         if self.config.arch == "decoder-only":
             return self.read_whole(source, target_in)
         return self.decode(target_in, self.encode(source), source)
+
+    def balance_loss(self):  # balance_loss_of(): every block's, from the last forward; 0 without experts
+        return sum(block.ffn.balance_loss for block in self.encoder + self.decoder if isinstance(block.ffn, Experts))
 
     def replay_masks(self, masks, B, S, T):
         """Dropout as sorter drew it: masks, by sorter's names (dropout_masks() in checkpoint.hpp), each (rows,
@@ -531,8 +583,8 @@ class Checkpoint:
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 7 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"], ["8"]):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 8 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
@@ -566,7 +618,9 @@ def config_from_header(h):
                        rms_norm=choose("rms_norm", h.get("rms_norm", "0"), ZERO_ONE),  # version 6 on
                        kv_heads=int(h.get("kv_heads", h["n_heads"])), arch=h.get("arch", "encoder-decoder"),
                        attention=h.get("attention", "plain"),  # version 7 on
-                       no_bias=choose("no_bias", h.get("no_bias", "0"), ZERO_ONE))  # version 7 on
+                       no_bias=choose("no_bias", h.get("no_bias", "0"), ZERO_ONE),  # version 7 on
+                       experts=int(h.get("experts", "0")), top_k=int(h.get("top_k", "0")),  # version 8 on
+                       shared_experts=int(h.get("shared_experts", "0")), balance=float(h.get("balance", "0.01")))
 
 
 def model_from_checkpoint(ck):
@@ -684,6 +738,21 @@ VARIANTS = [  # (name, sorter flags)
                                         "--dec-layers", "2", "--attn-dropout", "0.2", "--min-len", "2"]),
     ("flash, seq-len 40 (tiles)", ["--attention", "flash", "--arch", "decoder-only", "--seq-len", "40",
                                    "--min-len", "30", "--task", "reverse"]),
+    ("experts 4, top-1, no balance", ["--experts", "4", "--top-k", "1", "--balance", "0"]),
+    ("experts 4, top-1, balance 0.1", ["--experts", "4", "--top-k", "1", "--balance", "0.1", "--min-len", "2"]),
+    ("experts 4, top-2", ["--experts", "4", "--top-k", "2"]),
+    ("experts, top-2, shared, bal 0.5", ["--experts", "4", "--shared-experts", "1", "--balance", "0.5",
+                                            "--act", "gelu", "--enc-layers", "2"]),
+    ("experts, dec-only, top-1, shared", ["--experts", "4", "--top-k", "1", "--shared-experts", "1",
+                                             "--arch", "decoder-only", "--min-len", "2", "--balance", "0.3"]),
+    ("experts, dec-only, top-2, swiglu", ["--experts", "4", "--top-k", "2", "--arch", "decoder-only",
+                                             "--act", "swiglu", "--no-bias", "--balance", "0"]),
+    ("experts, momentum, decay, clip", ["--experts", "4", "--optimizer", "momentum", "--weight-decay", "0.5",
+                                        "--clip", "0.2", "--label-smoothing", "0.1"]),
+    ("experts, flash, tied, post-norm", ["--experts", "4", "--attention", "flash", "--tie-embeddings", "--norm",
+                                         "post", "--min-len", "2"]),
+    ("experts, llama, shared, adam", ["--llama", "--experts", "4", "--shared-experts", "1", "--dec-layers",
+                                            "2", "--optimizer", "adam", "--dropout", "0.1"]),
 ]
 STEP_FLAGS = ["--steps", "1", "--batch", "4", "--lr", "0.1", "--eval-every", "1"]
 GREEDY_INPUTS = 4  # inputs decoded by both programs for each variant, greedily and with a beam
@@ -720,13 +789,17 @@ def replay_step(dump, after):
     logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
     training = dump.checkpoint.training
     smoothing = float(training.get("label_smoothing", 0))
-    loss = cross_entropy(logits, target, smoothing)  # the loss training follows
-    plain = loss if smoothing == 0 else cross_entropy(logits.detach(), target, 0.0)
+    task = cross_entropy(logits, target, smoothing)  # the loss training follows, with the experts' balance loss
+    loss = task + model.balance_loss()
+    plain = task if smoothing == 0 else cross_entropy(logits.detach(), target, 0.0)
     if smoothing > 0 and dump.smoothed_loss is None:
         raise ValueError("the model has label smoothing, and the step dump holds no smoothed_loss")
     loss_diff = max(abs(plain.item() - dump.loss),
-                    abs(loss.item() - dump.smoothed_loss) if smoothing > 0 else 0.0)
+                    abs(task.item() - dump.smoothed_loss) if smoothing > 0 else 0.0)
     loss.backward()
+    for _, p in model.parameters():  # an expert no row chose took no part: its gradient is zero, as in sorter
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     norm = update(model.parameters(), dump.lr, training)
     clip = float(training.get("clip", 0))
     if clip > 0 and norm <= clip:

@@ -125,6 +125,17 @@ inline const std::vector<SettingRow>& header_table() {
              if (s.model.bits == 1) r.error("bits 1: a quantized model has 2 to 8 bits (0: float64)");
          },
          [](const Settings& s) { return s.model.bits > 0 ? 7 : 0; }},
+        // Version 8: a mixture of experts (chapter 11). A model without experts is written as before, without these.
+        {"experts", 8, [](const Settings& s) { return std::to_string(s.model.experts); },
+         [](Settings& s, WordReader& r) { s.model.experts = int(r.whole("experts", 0, MAX_EXPERTS)); },
+         [](const Settings& s) { return s.model.experts > 0 ? 8 : 0; }},
+        {"top_k", 8, [](const Settings& s) { return std::to_string(s.model.top_k()); },
+         [](Settings& s, WordReader& r) {  // experts is read: its default (2, or 1 of 1) is kept as 0
+             s.model.top_k_asked = int(r.whole("top_k", 0, MAX_EXPERTS));
+             if (s.model.top_k_asked == std::min(2, s.model.experts)) s.model.top_k_asked = 0;
+         }},
+        whole_setting("shared_experts", 8, 0, MAX_SHARED_EXPERTS, &M::shared_experts),
+        number_setting("balance", 8, 0, MAX_BALANCE, &M::balance),
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),

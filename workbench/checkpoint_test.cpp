@@ -268,7 +268,7 @@ TEST_CASE("checkpoint: every kind of corrupt file is rejected with a clear messa
         {"empty file", "", {"not a sorter checkpoint"}},
         {"bad magic", replace_once(good, "sorter-checkpoint", "sorter-chekpoint"), {"line 1", "not a sorter checkpoint"}},
         {"another format", "P6\n640 480\n255\n", {"not a sorter checkpoint", "'P6'"}},
-        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 8"), {"version 8", "1 to 7"}},
+        {"bad version", replace_once(good, "sorter-checkpoint 5", "sorter-checkpoint 9"), {"version 9", "1 to 8"}},
         {"header key out of order", replace_once(good, "d_model 8", "d_models 8"), {"expected 'd_model'", "'d_models'"}},
         {"absurd d_model", replace_once(good, "d_model 8", "d_model 1000000000"), {"d_model 1000000000", "from 1 to 256"}},
         {"absurd layers", replace_once(good, "enc_layers 2", "enc_layers 4000"), {"enc_layers 4000"}},
@@ -497,7 +497,7 @@ TEST_CASE("checkpoint: corrupt optimizer state is refused at load, with its line
 // A model of the 2017 paper's blocks writes version 5, without version 6's lines; one of today's, version 6's lines
 // (the bytes as before version 7 came); one without biases, or one that attends in tiles, every line.
 TEST_CASE("checkpoint: the version written is the newest row's") {
-    CHECK(newest_version() == 7);
+    CHECK(newest_version() == 8);
     ModelConfig c;
     DataConfig d;
     Transformer model = small_trained_model(c, d);
@@ -518,7 +518,7 @@ TEST_CASE("checkpoint: the version written is the newest row's") {
     CHECK(contains(newest_text, "\nno_bias 1\n"));
     CHECK(!contains(newest_text, "\ntensor out.b "));
     for (const auto* table : {&header_table(), &training_table()})
-        for (const SettingRow& row : *table) CHECK(contains(newest_text, "\n" + row.name + " "));
+        for (const SettingRow& row : *table) CHECK(contains(newest_text, "\n" + row.name + " ") == (row.version <= 7));
     c.no_bias = false;
     c.attention = Attention::flash;  // in tiles: version 7, and every row
     Transformer tiled(c, 3);
@@ -526,8 +526,49 @@ TEST_CASE("checkpoint: the version written is the newest row's") {
     CHECK(tiled_text.rfind("sorter-checkpoint 7\n", 0) == 0);
     CHECK(contains(tiled_text, "\nattention flash\n"));
     for (const auto* table : {&header_table(), &training_table()})
-        for (const SettingRow& row : *table) CHECK(contains(tiled_text, "\n" + row.name + " "));
+        for (const SettingRow& row : *table) CHECK(contains(tiled_text, "\n" + row.name + " ") == (row.version <= 7));
     Kept kept(d);
     std::istringstream in(tiled_text);
     CHECK(read_kept(in, "--load model.txt", kept).config.attention == Attention::flash);
+    c.attention = Attention::plain;
+    c.experts = 3, c.shared_experts = 1, c.balance = 0.25;  // a mixture of experts (chapter 11): version 8, every row
+    Transformer experts(c, 3);
+    const std::string experts_text = checkpoint_text(experts, Kept(d));
+    CHECK(experts_text.rfind("sorter-checkpoint 8\n", 0) == 0);
+    CHECK(contains(experts_text, "\nexperts 3\ntop_k 2\nshared_experts 1\nbalance 0.25\n"));
+    CHECK(contains(experts_text, "\ntensor decoder.0.ffn.router.W 8 3\n"));
+    for (const auto* table : {&header_table(), &training_table()})
+        for (const SettingRow& row : *table) CHECK(contains(experts_text, "\n" + row.name + " "));
+}
+
+// A model with experts round-trips bit for bit (its logits and its file), and its header is checked: K above E, and a
+// file of version 7 naming a line of version 8, are refused.
+TEST_CASE("checkpoint: a mixture of experts, version 8, round-trips") {
+    for (int K : {1, 2}) {
+        ModelConfig c;
+        DataConfig d;
+        small_trained_model(c, d);
+        c.experts = 4, c.top_k_asked = K, c.shared_experts = K - 1, c.activation = Activation::swiglu;
+        Transformer model(c, 5);
+        TempDir dir("experts");
+        std::string path = dir.file("model.txt");
+        save_kept(path, model, Kept{d});
+        const std::string text = read_all(path);
+        Kept saved;
+        Transformer loaded = load_kept(path, saved);
+        CHECK((loaded.config.experts == 4 && loaded.config.top_k() == K && loaded.config.shared_experts == K - 1));
+        Rng rng(12);
+        for (int n = 0; n < 5; n++) {
+            Example e = make_example(random_digits(rng, d), d);
+            Matrix la = model.forward({e.source}, {e.target_in}), lb = loaded.forward({e.source}, {e.target_in});
+            CHECK(std::memcmp(la.data.data(), lb.data.data(), la.data.size() * sizeof(double)) == 0);
+        }
+        std::string again = dir.file("again.txt");
+        save_kept(again, loaded, Kept{saved.data});
+        CHECK(read_all(again) == text);
+        CHECK(contains(load_error(replace_once(text, "top_k " + std::to_string(K), "top_k 5")),
+                       "top_k 5 with experts 4: a token keeps K of the E experts"));
+        CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 8", "sorter-checkpoint 7")),
+                       "the line 'experts' came in version 8, and this file says version 7"));
+    }
 }

@@ -27,6 +27,8 @@ constexpr long MAX_STEPS = 1000000, MAX_BATCH = 1024, MAX_SEED = 2147483647, MAX
 constexpr double MAX_LR = 10.0;
 constexpr double MAX_FRACTION = 0.9, MAX_CLIP = 1000, MAX_WEIGHT_DECAY = 10.0;  // label smoothing and dropout
 constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
+constexpr long MAX_EXPERTS = 64, MAX_SHARED_EXPERTS = 8;  // --experts, --shared-experts (chapter 11)
+constexpr double MAX_BALANCE = 10.0;                       // --balance
 constexpr double MAX_LENGTH_PENALTY = 5.0;
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.

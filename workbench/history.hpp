@@ -31,6 +31,7 @@ struct History {
     std::vector<double> losses;    // every step's mini-batch loss, from first_step on
     double recent_loss = 0.0;      // the sum of the losses since the last evaluation,
     long recent_steps = 0;         // and how many
+    double recent_balance = 0.0;   // the experts' balance losses summed since then (chapter 11; 0 without experts)
     std::vector<EvalPoint> evals;  // every --eval-every steps, and the last step
     long interrupted_at = 0;       // the step after which a signal stopped training, or 0
     bool checkpoint_kept = false;  // --save was written as training ended, before the final evaluation
@@ -145,7 +146,8 @@ inline History begin_run(const Options& o, const Dataset& data, Transformer& mod
     warn_if_evaluation_dominates(o, data.held_out.size());
     note_resumed_rate(o.train, first, last, saved_plan);
     show_examples(first == 1 ? "before training" : fmt("after step %ld", first - 1), model, history);
-    std::printf("\n%8s  %8s  %13s  %12s  %14s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy");
+    std::printf("\n%8s  %8s  %13s  %12s  %14s%s\n", "step", "loss", "held-out loss", "exact-match", "token-accuracy",
+                model.config.experts > 0 ? "     balance" : "");  // the experts' balance loss, apart (chapter 11)
     return history;
 }
 
@@ -212,8 +214,11 @@ inline void print_evaluation(Transformer& model, const Dataset& data, long step,
     double held_out_loss = teacher_forced_loss(model, data.held_out);
     double recent = history.recent_loss / double(history.recent_steps);
     history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
-    std::printf("%s\n", evaluation_line(step, recent, held_out_loss, a).c_str());
-    history.recent_loss = 0.0;
+    // With experts (chapter 11), their balance loss, apart from the task's: its mean over the same steps.
+    const std::string balance =
+        model.config.experts > 0 ? fmt("  %10.4f", history.recent_balance / double(history.recent_steps)) : "";
+    std::printf("%s%s\n", evaluation_line(step, recent, held_out_loss, a).c_str(), balance.c_str());
+    history.recent_loss = history.recent_balance = 0.0;
     history.recent_steps = 0;
 }
 

@@ -68,28 +68,47 @@ inline void trace_attention(const Tensors& t, const ModelConfig& c, const std::s
     shape_line("n_heads heads joined side by side", "(n_seq " + Q + ", d_model)", shape_text(n_seq * Lq, W_o.rows));
     shape_line("joined W_o, added to the residual", "(n_seq " + Q + ", d_model)", shape_text(n_seq * Lq, W_o.cols));
 }
-// One feed-forward ("encoder.0.ffn") over `rows` rows, n_seq N. A third matrix, W_3, is SwiGLU's: the gate's partner.
+// One feed-forward ("encoder.0.ffn") over `rows` rows, legend N ("n_seq S"; an expert's "n_i"). A third matrix, W_3,
+// is SwiGLU's: the gate's partner.
 inline void trace_feed_forward(const Tensors& t, const ModelConfig& c, const std::string& ffn, int rows,
                                const std::string& N, const std::string& in) {
+    if (t.has(ffn + ".router.W")) {  // a mixture of experts (chapter 11): the router, then each expert on its rows
+        const Matrix& W_router = t[ffn + ".router.W"];
+        const int E = W_router.cols, K = c.top_k();
+        shape_line("reads " + in, "(" + N + ", d_model)", shape_text(rows, W_router.rows));
+        shape_line("W_router (no bias)", "(d_model, E)", shape_text(W_router));
+        shape_line("scores = " + in + " W_router", "(" + N + ", E)", shape_text(rows, E));
+        shape_line("top-k: K experts a row; gate = softmax of the K", "(" + N + ", K)",
+                   shape_text(rows, K));
+        std::printf("  each of the E = %d experts, on the n_i rows routed to it (sum n_i = K %s = %d; even: n_i = %d):\n", E,
+                    N.c_str(), K * rows, K * rows / E);
+        trace_feed_forward(t, c, ffn + ".experts.0", K * rows / E, "n_i", "its rows");  // n_i: K rows / E if even
+        shape_line("out = sum of gate * expert out, scattered back", "(" + N + ", d_model)",
+                   shape_text(rows, W_router.rows));
+        if (t.has(ffn + ".shared.0.W_1"))
+            std::printf("  and %d shared expert%s on every row, as one feed-forward, added\n", c.shared_experts,
+                        c.shared_experts == 1 ? "" : "s");
+        return;
+    }
     const Matrix &W_1 = t[ffn + ".W_1"], &W_2 = t[ffn + ".W_2"], &W_3 = t[ffn + ".W_3"];
     const bool gated = t.has(ffn + ".W_3");
     const std::string ff = gated ? "d_h" : "d_ff";  // SwiGLU's hidden width d_h is 2 d_ff / 3
-    shape_line("reads " + in, "(n_seq " + N + ", d_model)", shape_text(rows, W_1.rows));
+    shape_line("reads " + in, "(" + N + ", d_model)", shape_text(rows, W_1.rows));
     shape_line(gated ? "W_1, b_1 (the gate)" : "W_1, b_1", "(d_model, " + ff + "), (1, " + ff + ")",
                weight_shapes(W_1, t[ffn + ".b_1"]));
-    shape_line("hidden = " + in + " W_1 + b_1", "(n_seq " + N + ", " + ff + ")", shape_text(rows, W_1.cols));
+    shape_line("hidden = " + in + " W_1 + b_1", "(" + N + ", " + ff + ")", shape_text(rows, W_1.cols));
     if (gated) {
         shape_line("W_3, b_3 (the partner)", "(d_model, " + ff + "), (1, " + ff + ")",
                    weight_shapes(W_3, t[ffn + ".b_3"]));
-        shape_line("partner = " + in + " W_3 + b_3", "(n_seq " + N + ", " + ff + ")", shape_text(rows, W_3.cols));
-        shape_line("act = silu(hidden) * partner", "(n_seq " + N + ", " + ff + ")", shape_text(rows, W_2.rows));
+        shape_line("partner = " + in + " W_3 + b_3", "(" + N + ", " + ff + ")", shape_text(rows, W_3.cols));
+        shape_line("act = silu(hidden) * partner", "(" + N + ", " + ff + ")", shape_text(rows, W_2.rows));
     } else {
-        shape_line(ACTIVATION_NAMES[int(c.activation)] + "(hidden)", "(n_seq " + N + ", d_ff)",
+        shape_line(ACTIVATION_NAMES[int(c.activation)] + "(hidden)", "(" + N + ", d_ff)",
                    shape_text(rows, W_2.rows));
     }
     shape_line("W_2, b_2", "(" + ff + ", d_model), (1, d_model)", weight_shapes(W_2, t[ffn + ".b_2"]));
-    shape_line(gated ? "out = act W_2 + b_2, added to the residual"
-                     : "out = act(hidden) W_2 + b_2, added to the residual", "(n_seq " + N + ", d_model)",
+    const std::string to = in == "its rows" ? ", expert i's output" : ", added to the residual";
+    shape_line(gated ? "out = act W_2 + b_2" + to : "out = act(hidden) W_2 + b_2" + to, "(" + N + ", d_model)",
                shape_text(rows, W_2.cols));
 }
 // Encoder block i over n_seq sources of S rows.
@@ -99,7 +118,7 @@ inline void trace_encoder_block(const Tensors& t, const ModelConfig& c, int i, i
     std::printf("%s self-attention (padding mask (n_seq S, S))\n", block.c_str());
     trace_attention(t, c, block + ".self_attn", true, n_seq, S, S, "S", "S", x_in, x_in);
     std::printf("%s feed-forward\n", block.c_str());
-    trace_feed_forward(t, c, block + ".ffn", n_seq * S, "S", x_in);
+    trace_feed_forward(t, c, block + ".ffn", n_seq * S, "n_seq S", x_in);
 }
 // Decoder block i over n_seq sequences of L rows, legend T ("T"; a decoder-only model's, "L": source, START and
 // answer); with cross-attention, its memory has S rows a sequence.
@@ -116,7 +135,7 @@ inline void trace_decoder_block(const Tensors& t, const ModelConfig& c, int i, i
         trace_attention(t, c, block + ".cross_attn", false, n_seq, L, S, "T", "S", y_in, "memory");
     }
     std::printf("%s feed-forward\n", block.c_str());
-    trace_feed_forward(t, c, block + ".ffn", n_seq * L, T, y_in);
+    trace_feed_forward(t, c, block + ".ffn", n_seq * L, "n_seq " + T, y_in);
 }
 // The embedding table and the position table the model adds (none with rope, ALiBi or none: Embedding's own answer).
 inline const Matrix* trace_tables(Transformer& model, const Tensors& t) {
@@ -233,10 +252,20 @@ inline void print_params(Transformer& model) {
     if (!t.has("out.W"))
         std::printf("  (tied: out.W is embed.table transposed, so %d x %d = %d weights fewer)\n", table.cols,
                     table.rows, table.cols * table.rows);
-    const Matrix &W_1 = t["decoder.0.ffn.W_1"], &W_2 = t["decoder.0.ffn.W_2"];
-    if (t.has("decoder.0.ffn.W_3"))
+    const std::string ffn = c.experts > 0 ? "decoder.0.ffn.experts.0" : "decoder.0.ffn";  // (an expert's, chapter 11)
+    const Matrix &W_1 = t[ffn + ".W_1"], &W_2 = t[ffn + ".W_2"];
+    if (t.has(ffn + ".W_3"))
         std::printf("  (SwiGLU: each feed-forward has W_1, W_3 (%d, %d) and W_2 (%d, %d), hidden width 2 x %d / 3 = "
                     "%d)\n", W_1.rows, W_1.cols, W_2.rows, W_2.cols, c.d_ff, W_1.cols);
+    if (c.experts > 0) {  // chapter 11: a token goes through the router, K of the E experts and the N shared
+        long one_expert = 0;
+        for (auto& [name, p] : t.list)
+            if (name.rfind("decoder.0.ffn.experts.0.", 0) == 0) one_expert += long(p->value.data.size());
+        const long idle = long(c.enc_layers + c.dec_layers) * (c.experts - c.top_k()) * one_expert;
+        std::printf("  (experts: each feed-forward is %d experts of %ld weights, %d shared, and a router (%d, %d); a "
+                    "token goes through %d of the %d: active per token %ld of the %ld)\n", c.experts, one_expert,
+                    c.shared_experts, c.d_model, c.experts, c.top_k(), c.experts, total - idle, total);
+    }
     const Matrix &W_q = t["decoder.0.self_attn.W_q"], &W_k = t["decoder.0.self_attn.W_k"];
     if (W_k.cols < W_q.cols) {  // K and V narrower than Q: kv_heads d_k wide
         const int kv = W_k.cols, d = W_q.cols;
@@ -292,11 +321,52 @@ inline long pointer_hits(Transformer& model, const std::vector<Example>& held_ou
     }
     return emitted;
 }
+// With experts (chapter 11): each layer's load, the share of the K choices each expert took, and which expert is each
+// token's first choice, by the token the row reads (a digit, START or PAD), over the first 200 held-out examples
+// under teacher forcing. A layer whose router collapsed shows one expert near 100%.
+inline void inspect_experts(Transformer& model, const std::vector<Example>& held_out) {
+    const Inputs in = inputs_of(held_out, 0, 200);
+    model.forward(in.sources, in.targets_in);
+    const int vocab = model.config.vocab, E = model.config.experts;
+    std::printf("\n--- inspect: the experts, over %zu held-out examples (teacher forcing) ---\n", in.sources.size());
+    auto show = [&](const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = std::get<Experts>(ffn.block);
+        std::string load;
+        for (int taken : moe.load()) load += fmt(" %5.1f%%", 100.0 * taken / (double(moe.K) * tokens.size()));
+        std::printf("  %-10s load by expert:%s\n", name.c_str(), load.c_str());
+        std::vector<std::vector<int>> firsts(vocab, std::vector<int>(E, 0));  // token -> its rows' first choices
+        for (std::size_t r = 0; r < tokens.size(); r++) firsts[tokens[r]][moe.chosen[r][0]]++;
+        std::string by_token;
+        for (int v = 0; v < vocab; v++) {
+            int rows = 0, best = 0;
+            for (int i = 0; i < E; i++) rows += firsts[v][i], best = firsts[v][i] > firsts[v][best] ? i : best;
+            if (rows > 0)
+                by_token += fmt(" %s:e%d %.0f%%", v == PAD ? "_" : v == vocab - 1 ? "S" : std::to_string(v).c_str(),
+                                best, 100.0 * firsts[v][best] / rows);
+        }
+        std::printf("  %-10s first choice by token read:%s\n", "", by_token.c_str());
+    };
+    std::vector<int> sources = Transformer::concatenated(in.sources), targets = Transformer::concatenated(in.targets_in);
+    for (std::size_t i = 0; i < model.encoder.size(); i++)
+        show("encoder." + std::to_string(i), model.encoder[i].ffn, sources);
+    std::vector<int> rows = targets;  // decoder-only: each sequence's source, then its START and answer
+    if (!has_encoder(model.config.arch)) {
+        rows.clear();
+        for (std::size_t e = 0; e < in.sources.size(); e++) {
+            rows.insert(rows.end(), in.sources[e].begin(), in.sources[e].end());
+            rows.insert(rows.end(), in.targets_in[e].begin(), in.targets_in[e].end());
+        }
+    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++)
+        show("decoder." + std::to_string(i), model.decoder[i].ffn, rows);
+}
+
 inline void inspect(Transformer& model, const std::vector<Example>& held_out) {
     if (held_out.empty()) {  // a score of nothing would read 0.0%
         std::printf("\n--- inspect: n/a: this model's data settings allow no held-out set ---\n");
         return;
     }
+    if (model.config.experts > 0) inspect_experts(model, held_out);
     Accuracy all = evaluate(model, held_out);
     std::string cut = all.total < all.asked ? fmt(", %d %s", all.total, cut_short_text(all).c_str()) : "";
     std::printf("\n--- inspect: held-out exact-match with one head switched off (none off: %.1f%%%s) ---\n",

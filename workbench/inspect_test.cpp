@@ -77,6 +77,42 @@ TEST_CASE("--trace-shapes: the shapes of a stacked batch") {
     CHECK(!contains(text, "cross-attention"));
 }
 
+// With experts (chapter 11): --trace-shapes shows the router, top-k and one expert on its rows, --params the weights
+// a token uses against the total, --inspect each layer's load (the shares of the K n choices, summing to 100%).
+TEST_CASE("--trace-shapes, --params and --inspect with experts") {
+    DataConfig d = few_digits();
+    ModelConfig c = small_model(d);
+    c.experts = 4, c.top_k_asked = 2, c.shared_experts = 1;
+    Transformer model(c, 3);
+    std::vector<Example> batch = batch_of(d, 20, 5, 4, 3);
+    std::string text = printed_by([&] { trace_shapes(model, batch); });
+    INFO(text);
+    CHECK(contains(text, "W_router (no bias)                                 (d_model, E)                   (8, 4)"));
+    CHECK(contains(text, "scores = LN(y) W_router                            (n_seq T, E)                   (12, 4)"));
+    CHECK(contains(text, "top-k: K experts a row; gate = softmax of the K    (n_seq T, K)                   (12, 2)"));
+    CHECK(contains(text, "(sum n_i = K n_seq T = 24; even: n_i = 6)"));
+    CHECK(contains(text, "hidden = its rows W_1 + b_1                        (n_i, d_ff)                    (6, 12)"));
+    CHECK(contains(text, "and 1 shared expert on every row"));
+    text = printed_by([&] { print_params(model); });
+    long total = 0, one_expert = 0;
+    for (auto& [name, p] : model.parameters()) {
+        total += long(p->value.data.size());
+        if (name.rfind("decoder.0.ffn.experts.0.", 0) == 0) one_expert += long(p->value.data.size());
+    }
+    CHECK(one_expert == 8 * 12 + 12 + 12 * 8 + 8);  // W_1, b_1, W_2, b_2
+    const long active = total - 2 * (4 - 2) * one_expert;  // two layers, each with 2 of its 4 experts idle a token
+    CHECK(contains(text, fmt("a token goes through 2 of the 4: active per token %ld of the %ld)", active, total)));
+    Dataset data(d, {}, 50, 5);
+    text = printed_by([&] { inspect_experts(model, data.held_out); });
+    INFO(text);
+    CHECK(contains(text, "  encoder.0  load by expert:"));
+    CHECK(contains(text, "  decoder.0  load by expert:"));
+    double shares = 0.0;
+    for (int taken : std::get<Experts>(model.decoder[0].ffn.block).load()) shares += taken;
+    const Experts& moe = std::get<Experts>(model.decoder[0].ffn.block);
+    CHECK(shares == double(moe.K) * moe.chosen.size());  // every row's K choices counted once
+}
+
 // A score of nothing is said as such: before, a length whose every input training may draw printed
 // "0.0% (0/0)", and an --inspect of no decoding step "0.0%". A length training never drew is scored on
 // all its inputs, however few (one input of length 3 here; the held-out cap left none before).

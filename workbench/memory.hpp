@@ -29,7 +29,9 @@ inline double parameter_values(const ModelConfig& c) {
     const FeedForwardShape ff = feed_forward_shape(c);
     const double norm = c.rms_norm ? d : 2 * d;                                  // gamma (and LayerNorm's beta)
     const double attention = 2 * d * d + 2 * d * d_kv;                           // W_q, W_o; W_k, W_v
-    const double feed_forward = ff.matrices * d * ff.width + bias * ((ff.matrices - 1) * ff.width + d);
+    const double one_feed_forward = ff.matrices * d * ff.width + bias * ((ff.matrices - 1) * ff.width + d);
+    const double feed_forward = c.experts == 0 ? one_feed_forward  // experts (chapter 11): E + N of them, the router
+                                               : (c.experts + c.shared_experts) * one_feed_forward + d * c.experts;
     const double encoder_block = 2 * norm + attention + feed_forward;
     const double decoder_block = encoder_block + (has_encoder(c.arch) ? norm + attention : 0.0);  // + cross-attention
     return c.vocab * d + (learns_positions(c.positions) ? c.max_len * d : 0.0) + c.enc_layers * encoder_block +
@@ -63,7 +65,14 @@ inline StepMemory step_memory(const ModelConfig& c, const DataConfig& data, cons
     StepMemory m;
     m.weights = 8 * (parameter_values(c) * (2 + Optimizer(t.optimizer, 0, 0).running_means()) + c.max_len * d);
     auto self_attention = [&](double n) { return (8 + tiles + dropped) * n * d + tiles * h * n; };
-    auto feed_forward = [&](double n) { return (ff.matrices + dropped) * n * d + ff.matrices * n * ff.width; };
+    // Experts (chapter 11): the K + N experts a row goes through keep what a feed-forward keeps, for K + N copies of
+    // it; the router its input, the scores and the probabilities (n, E); the experts' outputs (n K, d_model).
+    const double passes = c.experts == 0 ? 1.0 : c.top_k() + c.shared_experts;
+    auto feed_forward = [&](double n) {
+        if (c.experts == 0) return (ff.matrices + dropped) * n * d + ff.matrices * n * ff.width;
+        const double router = n * d + 2 * n * c.experts + n * c.top_k() * d;
+        return dropped * n * d + passes * (ff.matrices * n * d + ff.matrices * n * ff.width) + router;
+    };
     double kept = dropped * (rows + source_rows) * d;  // the embeddings' dropout
     kept += c.enc_layers * (self_attention(source_rows) + feed_forward(source_rows));
     kept += c.dec_layers * (self_attention(rows) + feed_forward(rows));

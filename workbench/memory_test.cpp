@@ -8,7 +8,7 @@
 TEST_CASE("memory: the parameters counted from the settings are the model's") {
     DataConfig d;
     const ModelConfig base = fit_to_data(ModelConfig(), d);
-    std::vector<ModelConfig> configs(12, base);
+    std::vector<ModelConfig> configs(15, base);
     configs[1].positions = Positions::learned;
     configs[2].activation = Activation::swiglu;
     configs[3].no_bias = true;
@@ -20,6 +20,9 @@ TEST_CASE("memory: the parameters counted from the settings are the model's") {
     configs[9].activation = Activation::swiglu, configs[9].no_bias = true, configs[9].d_ff = 21;
     configs[10] = configs[6], configs[10].activation = Activation::gelu, configs[10].positions = Positions::learned;
     configs[11].attention = Attention::flash, configs[11].positions = Positions::rope;
+    configs[12].experts = 4;  // chapter 11: E experts and a router; shared ones; of each kind
+    configs[13].experts = 3, configs[13].shared_experts = 2, configs[13].activation = Activation::swiglu;
+    configs[14] = configs[6], configs[14].experts = 5, configs[14].top_k_asked = 1, configs[14].no_bias = true;
     for (const ModelConfig& c : configs) {
         Transformer model(c, 1);
         CHECK(parameter_values(c) == double(parameter_count(model)));

@@ -114,6 +114,19 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "matrix, the same numbers within rounding in memory that grows as T, not T^2 (FlashAttention-2, "
                         "Dao 2023; model.hpp's section); maps and decoding stay plain", ATTENTION_NAMES, true,
                         &M::attention),
+            whole_flag("--experts", "a mixture of experts: each feed-forward becomes E of the same kind and a router "
+                       "that sends each token to --top-k of them (chapter 11; Shazeer et al. 2017); 0: one "
+                       "feed-forward", 0, MAX_EXPERTS, true, &M::experts),
+            {"--top-k", "N", std::string("experts kept a token, from 1 to --experts; their weights are a softmax over the K "
+             "kept scores (Mixtral's rule; with K = 1 the router learns from the balance loss alone) (default: 2, "
+             "or 1 with --experts 1)"), true,
+             [](O& o, Args& a) { o.model.top_k_asked = int(a.whole(1, MAX_EXPERTS)); },
+             [](const O& o) { return o.model.top_k_asked == 0 ? "" : fmt("--top-k %d", o.model.top_k_asked); }},
+            whole_flag("--shared-experts", "experts every token goes through besides its K, weight 1 (DeepSeekMoE, "
+                       "Dai et al. 2024); needs --experts", 0, MAX_SHARED_EXPERTS, true, &M::shared_experts),
+            number_flag("--balance", "the experts' load-balancing loss weight alpha in alpha E sum_i f_i P_i (Switch "
+                        "Transformer, Fedus et al. 2021); reported apart from the task's loss; 0: none; needs "
+                        "--experts", 0, MAX_BALANCE, true, &M::balance),
             switch_flag("--no-embed-scale", "do not multiply embeddings by sqrt(d_model)", true, false,
                         &M::embed_scale),
             switch_flag("--no-bias", "no bias in the feed-forward layers and the output projection, as Llama "
@@ -246,7 +259,7 @@ inline void print_help() {
 inline std::string as_flag(const Options& o, const std::string& setting) {
     static const std::vector<std::pair<std::string, std::string>> flags = {
         {"d_model", "--d-model"}, {"n_heads", "--heads"}, {"kv_heads", "--kv-heads"}, {"positions", "--pos"},
-        {"enc_layers", "--enc-layers"}, {"arch", "--arch"}};
+        {"enc_layers", "--enc-layers"}, {"arch", "--arch"}, {"experts", "--experts"}, {"top_k", "--top-k"}};
     for (const auto& [name, flag] : flags)
         if (name == setting) return find_flag(flag)->as_given(o);
     return setting;  // a setting no flag sets: its own name
@@ -293,6 +306,9 @@ inline Options parse_options(int argc, char** argv) {
             if (f->fixed_by_checkpoint && !f->checked_by_checkpoint)
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training");
+    if (m.experts == 0 && o.load_path.empty())  // (with --load, the checkpoint's: every one of them is refused above)
+        for (std::string flag : {"--top-k", "--shared-experts", "--balance"})
+            if (was_given(flag)) fail(flag + " sets the mixture of experts: add --experts E (E from 1 to 64)");
     if (was_given("--length-penalty") && o.decode.beam == 1)
         fail("--length-penalty ranks the hypotheses of beam search; add --beam K with K above 1");
     if (o.inspect && o.decode.beam > 1)

@@ -71,6 +71,16 @@ TEST_CASE("flags: every invalid value gets one line naming the flag and the valu
         {{"--finish"}, {"--finish", "add --load FILE"}},
         {{"--arch", "gpt"}, {"--arch gpt", "encoder-decoder, decoder-only"}},
         {{"--arch", "decoder-only", "--enc-layers", "2"}, {"--enc-layers with --arch decoder-only", "--dec-layers N"}},
+        {{"--experts", "4", "--top-k", "5"}, {"--top-k 5 with --experts 4", "K must be at most E"}},  // chapter 11
+        {{"--experts", "1", "--top-k", "2"}, {"--top-k 2 with --experts 1"}},
+        {{"--experts", "65"}, {"--experts 65", "from 0 to 64"}},
+        {{"--experts", "2", "--top-k", "0"}, {"--top-k 0", "from 1 to 64"}},
+        {{"--top-k", "2"}, {"--top-k sets the mixture of experts", "add --experts E"}},
+        {{"--shared-experts", "1"}, {"--shared-experts sets the mixture of experts", "add --experts E"}},
+        {{"--balance", "0.1"}, {"--balance sets the mixture of experts", "add --experts E"}},
+        {{"--experts", "4", "--shared-experts", "9"}, {"--shared-experts 9", "from 0 to 8"}},
+        {{"--experts", "4", "--balance", "11"}, {"--balance 11", "from 0 to 10"}},
+        {{"--load", "m.txt", "--experts", "4"}, {"--experts", "cannot be combined with --load m.txt"}},
     };
     for (const Case& c : cases) {
         std::string message = parse_error(c.args);

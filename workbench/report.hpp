@@ -141,6 +141,37 @@ inline std::string mistakes_html(Transformer& model, const std::vector<Example>&
     return html;
 }
 
+// With experts (chapter 11): the example's tokens under teacher forcing, layer by layer, each with the experts it went
+// to and their gates, best first ("e2 0.71"), and the layer's load over these rows.
+inline std::string experts_html(Transformer& model, const std::vector<int>& source, const std::vector<int>& output) {
+    const ModelConfig& c = model.config;
+    const std::vector<int> decoder_in = shifted_right(output, c.vocab);
+    model.forward({source}, {decoder_in});
+    std::vector<int> read = decoder_in;  // the decoder's rows: decoder-only, the source's first
+    if (!has_encoder(c.arch)) read.insert(read.begin(), source.begin(), source.end());
+    std::string html = fmt("<p>Each token of the example (teacher forcing), the %d of %d experts its router chose in "
+                           "each layer with their weights, best first; then the layer's load.</p>\n<table>\n",
+                           c.top_k(), c.experts);
+    auto layer = [&](const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = std::get<Experts>(ffn.block);
+        const std::vector<std::string> names = token_names(tokens, c);
+        html += "<tr><th>" + name + "</th>";
+        for (std::size_t r = 0; r < tokens.size(); r++) {
+            std::string cell = names[r] + ":";
+            for (int k = 0; k < moe.K; k++) cell += fmt(" e%d %.2f", moe.chosen[r][k], moe.gate[r][k]);
+            html += "<td>" + html_escape(cell) + "</td>";
+        }
+        std::string load;
+        for (int taken : moe.load()) load += (load.empty() ? "" : " ") + std::to_string(taken);
+        html += "<td>load " + load + "</td></tr>\n";
+    };
+    for (std::size_t i = 0; i < model.encoder.size(); i++)
+        layer("encoder." + std::to_string(i), model.encoder[i].ffn, source);
+    for (std::size_t i = 0; i < model.decoder.size(); i++)
+        layer("decoder." + std::to_string(i), model.decoder[i].ffn, read);
+    return html + "</table>\n";
+}
+
 // The page: the run as `h` recorded it (no curves when nothing was trained), the attention and the decoding of
 // `source`, the position table, and the held-out sequences the model gets wrong.
 inline std::string report_html(Transformer& model, const History& h, const std::vector<int>& source,
@@ -183,7 +214,10 @@ inline std::string report_html(Transformer& model, const History& h, const std::
         page += positions_svg(*table, POSITION_NAMES[int(c.positions)]);
     else
         page += "<p>--pos none: the model adds no positions.</p>\n";
-    page += "</section>\n<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out, h.decoding);
+    page += "</section>\n";
+    if (c.experts > 0)  // chapter 11: which experts the example's tokens went to
+        page += "<section id=\"experts\"><h2>The experts</h2>\n" + experts_html(model, source, output) + "</section>\n";
+    page += "<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out, h.decoding);
     page += std::string("</section>\n") + REPORT_SCRIPT + "</body>\n</html>\n";
     return page;
 }

@@ -30,6 +30,16 @@ TEST_CASE("--report: the page of an untrained model is whole and well-formed") {
     CHECK(contains(page, "step 4: the decoder has read"));
     for (const char* fetch : {"src=", "href=\"http", "url(", "@import"}) CHECK(!contains(page, fetch));
     CHECK(contains(page, "data-ready"));
+    CHECK(!contains(page, "<section id=\"experts\">"));  // without experts, no section of theirs
+    ModelConfig c = small_model(d);  // with experts (chapter 11): each token's experts and gates, each layer's load
+    c.experts = 3, c.top_k_asked = 2;
+    Transformer experts(c, 5);
+    page = report_html(experts, h, data.held_out[0].source, data.held_out);
+    CHECK(markup_problem(page) == "");
+    CHECK(contains(page, "<section id=\"experts\"><h2>The experts</h2>"));
+    CHECK(contains(page, "the 2 of 3 experts its router chose"));
+    CHECK(contains(page, "<tr><th>encoder.0</th><td>"));
+    CHECK(contains(page, "<tr><th>decoder.0</th><td>S: e"));
 }
 
 // A model whose numbers are nan draws them as the terminal pictures do: before, the replay's bars were

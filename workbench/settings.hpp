@@ -107,5 +107,7 @@ inline SettingsProblem settings_problem(const ModelConfig& c) {
                     " is odd; choose an even d_k"};
     if ((c.enc_layers > 0) != has_encoder(c.arch))
         return {{"enc_layers", "arch"}, "a decoder-only model has none, an encoder-decoder at least 1"};
+    if (c.experts > 0 && c.top_k() > c.experts)
+        return {{"top_k", "experts"}, "a token keeps K of the E experts, so K must be at most E"};
     return {};
 }
