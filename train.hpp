@@ -250,18 +250,6 @@ struct TrainState {
         : optimizer(c.optimizer, c.weight_decay, c.clip), batch_draws(training_rng(seed)) {}
 };
 
-// The experts' balance loss (chapter 11): the sum of every block's from the last forward; 0 without experts. Each
-// block's backward adds its gradient itself.
-inline double balance_loss_of(Transformer& model) {
-    double total = 0.0;
-    auto add = [&](const FeedForwardBlock& f) {
-        if (const Experts* moe = std::get_if<Experts>(&f.block)) total += moe->balance_loss;
-    };
-    for (const EncoderBlock& block : model.encoder) add(block.ffn);
-    for (const DecoderBlock& block : model.decoder) add(block.ffn);
-    return total;
-}
-
 // The gradient of a batch's mean loss: zero every grad, run the batch forward in training mode (one stack of rows;
 // dropout on), score it, run backward. Returns the loss; every parameter's grad holds its part.
 inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, double label_smoothing) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "04_todays_blocks.hpp"  // FeedForwardBlock, feed_forward_of (this file is read where chapter 04 includes it)
@@ -242,3 +243,17 @@ struct Experts {
         return counts;
     }
 };
+
+// The balance loss of a whole model (train.hpp's gradient_of, the training table): the sum of every block's from the
+// last forward; 0 without experts. Each block's backward adds its gradient itself. (A template: the Transformer is
+// defined after this chapter, where model.hpp includes it.)
+template <class Model>
+double balance_loss_of(const Model& model) {
+    double total = 0.0;
+    auto add = [&](const FeedForwardBlock& f) {
+        if (const Experts* moe = std::get_if<Experts>(&f.block)) total += moe->balance_loss;
+    };
+    for (const auto& block : model.encoder) add(block.ffn);
+    for (const auto& block : model.decoder) add(block.ffn);
+    return total;
+}
