@@ -212,10 +212,10 @@ regrade: exercise-check
 	 ./exercise-check --hand-out "$$names" $$clean/copy $$(git ls-files) >/dev/null && \
 	 ./exercise-check --transplant "$(COPY)" $$clean/copy && \
 	 { $(MAKE) -s -C $$clean/copy check; status=$$?; rm -rf $$clean; exit $$status; }
-exercise-mistakes: workbench/exercise_mistakes_test.cpp $(EXERCISE_CHECK) Makefile doctest-main.o
-	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -o $@ workbench/exercise_mistakes_test.cpp doctest-main.o
+exercise-mistakes: fuzz/exercise_mistakes.cpp $(EXERCISE_CHECK) Makefile doctest-main.o
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -o $@ fuzz/exercise_mistakes.cpp doctest-main.o
 mistakes: exercise-check exercise-mistakes
-	@./exercise-mistakes --no-skip -tc="exercises: the planted mistakes*"
+	@./exercise-mistakes --no-skip  # each mistake finds its place, then each is graded in a copy
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
 # workbench's, and its second half (tests.cpp's helpers share names with the engine's and workbench's).

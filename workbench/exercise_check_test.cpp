@@ -2,7 +2,7 @@
 // exercise_model.hpp's Adam): the diagnosis
 // names the kind of each planted bug: exercise 9's eight and one more an exercise, each planted into a copy of its
 // exercise's answer here (which is why a hand-out leaves this file out); the time of a backward tells the forward run
-// again from a backward; and Adam's numbers are the tutorial's. (exercise_mistakes_test.cpp plants mistakes into
+// again from a backward; and Adam's numbers are the tutorial's. (fuzz/exercise_mistakes.cpp plants mistakes into
 // students' copies and grades them there: make mistakes.)
 #include "test_helpers.hpp"
 #include "exercise_model.hpp"  // (and exercise_check.hpp)

@@ -13,7 +13,7 @@
 // Four headers, and their tests beside them: this one, the exercises and the hand-out; exercise_check.hpp, the
 // diagnosis, the gradient check, the time of a backward and the blocks' checks; exercise_model.hpp, the whole model's
 // checks and the training run; exercise_grade.hpp, the grade, a copy's gaps (EXERCISE.md, make regrade) and main.
-// (exercise_mistakes_test.cpp: typical mistakes planted into copies, make mistakes; workbench/exercise_blank.sh: make
+// (fuzz/exercise_mistakes.cpp: typical mistakes planted into copies, make mistakes; workbench/exercise_blank.sh: make
 // blank; exercise_std.hpp: the C++ headers the check's build precompiles.)
 #pragma once
 

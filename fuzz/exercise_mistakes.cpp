@@ -1,4 +1,4 @@
-// workbench/exercise_mistakes_test.cpp -- typical mistakes of "Write it yourself", each planted into a student's copy
+// fuzz/exercise_mistakes.cpp -- typical mistakes of "Write it yourself", each planted into a student's copy
 // and graded there by its own make check: `make mistakes` (a few minutes), whose table docs/course.md shows. Each
 // mistake is an edit of the tutorial's answer (`find` becomes `replace`), so the list stays true as the code moves;
 // make test checks that every edit still finds its text. A hand-out leaves this file out, as every
@@ -7,8 +7,8 @@
 
 #include <map>
 
-#include "test_helpers.hpp"
-#include "exercise_grade.hpp"
+#include "workbench/test_helpers.hpp"  // (outside the product: make mistakes runs make check in copies)
+#include "workbench/exercise_grade.hpp"
 
 namespace ex = exercises;
 
