@@ -239,7 +239,7 @@ inline std::string read_source(const std::string& file) {
 
 // A student's copy in dir (new, or empty) of `files` (the repository's: git ls-files) with the exercises `names`
 // cut out (one, or several: "layernorm rmsnorm", whose answers are alike). No history goes with it, nor the
-// exercises' tests (workbench/exercise*_test.cpp: exercise_check_test.cpp plants bugs into copies of the answers).
+// exercises' tests (workbench/exercise*_test.cpp, fuzz/exercise_mistakes.cpp: they plant bugs into copies of the answers).
 // The copy is whole or absent: it is written into a new folder beside dir (.NAME.hand-out-PID), every write checked
 // and each file on the disk, then renamed to dir in one step; on any failure the folder is removed and dir is as it
 // was, so the next call is not refused.
@@ -269,8 +269,9 @@ inline void hand_out(const std::string& names, const std::string& dir, const std
         fs::remove_all(temporary, ignored);
         fail(why);
     };
-    auto exercise_test = [](const std::string& file) {  // workbench/exercise*_test.cpp
-        return starts_with(file, "workbench/exercise") && file.find("_test.cpp") == file.size() - 9;
+    auto exercise_test = [](const std::string& file) {  // workbench/exercise*_test.cpp, fuzz/exercise_mistakes.cpp
+        return (starts_with(file, "workbench/exercise") && file.find("_test.cpp") == file.size() - 9) ||
+               file == "fuzz/exercise_mistakes.cpp";  // (its edits quote the answers' lines)
     };
     int gaps = 0;
     try {
