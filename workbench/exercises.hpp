@@ -239,7 +239,7 @@ inline std::string read_source(const std::string& file) {
 
 // A student's copy in dir (new, or empty) of `files` (the repository's: git ls-files) with the exercises `names`
 // cut out (one, or several: "layernorm rmsnorm", whose answers are alike). No history goes with it, nor the
-// exercises' tests (workbench/exercise*_test.cpp, fuzz/exercise_mistakes.cpp: they plant bugs into copies of the answers).
+// exercises' tests (workbench/exercise*_test.cpp, fuzz/exercise_mistakes.cpp: they plant bugs in the answers).
 // The copy is whole or absent: it is written into a new folder beside dir (.NAME.hand-out-PID), every write checked
 // and each file on the disk, then renamed to dir in one step; on any failure the folder is removed and dir is as it
 // was, so the next call is not refused.
