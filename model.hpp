@@ -130,27 +130,27 @@ struct Embedding {
         }
         return nullptr;  // not reached
     }
-    // tokens, rows: (n_seq L); token t reads row rows[t] of the position table pos (max_len, d_model).
-    Matrix forward(const std::vector<int>& tokens, const std::vector<int>& rows) const {
+    // tokens, position_ids: (n_seq L); token t reads row position_ids[t] of the position table pos (max_len, d_model).
+    Matrix forward(const std::vector<int>& tokens, const std::vector<int>& position_ids) const {
         Matrix X(int(tokens.size()), table.value.cols);
         const Matrix* pos = position_table();
         for (int t = 0; t < X.rows; t++)
             for (int c = 0; c < X.cols; c++)
-                X.at(t, c) = table.value.at(tokens[t], c) * multiplier + (pos ? pos->at(rows[t], c) : 0.0);
+                X.at(t, c) = table.value.at(tokens[t], c) * multiplier + (pos ? pos->at(position_ids[t], c) : 0.0);
         return X;
     }
-    // forward: X[t] = table[tokens[t]] * multiplier + pos[rows[t]]
+    // forward: X[t] = table[tokens[t]] * multiplier + pos[position_ids[t]]
     // exercise embedding: begin
     // so       table.grad[tokens[t]] += multiplier * dX[t]   (a scatter-add: a token seen twice adds twice)
-    //          learned.grad[rows[t]] += dX[t]           (only when positions are learned)
+    //          learned.grad[position_ids[t]] += dX[t]           (only when positions are learned)
     // exercise embedding: end
     // Returns nothing: the input is token ids, which have no gradient.
-    void backward(const std::vector<int>& tokens, const std::vector<int>& rows, const Matrix& dX) {
-        // exercise embedding: begin (uses tokens rows dX)
+    void backward(const std::vector<int>& tokens, const std::vector<int>& position_ids, const Matrix& dX) {
+        // exercise embedding: begin (uses tokens position_ids dX)
         for (int t = 0; t < dX.rows; t++)
             for (int c = 0; c < dX.cols; c++) {
                 table.grad.at(tokens[t], c) += multiplier * dX.at(t, c);
-                if (!learned.value.empty()) learned.grad.at(rows[t], c) += dX.at(t, c);
+                if (!learned.value.empty()) learned.grad.at(position_ids[t], c) += dX.at(t, c);
             }
         // exercise embedding: end
     }
@@ -595,9 +595,9 @@ struct Transformer {
     Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    Batch source_rows, target_rows;  // n_seq x (S), n_seq x (T): the position row each token read
+    Batch source_position_ids, target_position_ids;  // n_seq x (S), n_seq x (T): the position row each token read
     Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
-    Batch whole_rows;                 // decoder-only: n_seq x (S + T), the rows of source and answer as one
+    Batch whole_position_ids;         // decoder-only: n_seq x (S + T), the ids of source and answer as one
     Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
     // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
     // dropout's masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
@@ -624,42 +624,43 @@ struct Transformer {
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
     }
-    // Each source's L position rows: 0 .. L-1 (chapter 05's random positions: drawn, from the model's stream in
-    // training, else from a stream seeded by the source, so one input always reads the same rows).
-    Batch rows_for(const Batch& srcs, int L) {
-        Batch rows;
+    // Each source's L position ids, the rows of the position table it reads: 0 .. L-1 (chapter 05's random positions:
+    // drawn, from the model's stream in training, else from one seeded by the source: an input always reads the same).
+    Batch position_ids_for(const Batch& srcs, int L) {
+        Batch ids;
         for (const std::vector<int>& src : srcs) {
             Rng own(hash_of(src));
-            rows.push_back(position_rows(L, config.max_len, draws_position_rows(config.positions),
-                                         training ? position_draws : own));
+            ids.push_back(position_ids_of(L, config.max_len, draws_position_ids(config.positions),
+                                          training ? position_draws : own));
         }
-        return rows;
+        return ids;
     }
     Matrix encode(const Batch& srcs) {  // -> memory (n_seq S, d_model)
         sources = srcs;
         int S = int(srcs[0].size());
-        source_rows = rows_for(srcs, S);
+        source_position_ids = position_ids_for(srcs, S);
         Mask src_mask(false, srcs);  // no query sees a PAD of its source (as padding_mask writes it out)
-        Matrix x = embed.forward(concatenated(srcs), concatenated(source_rows));
+        Matrix x = embed.forward(concatenated(srcs), concatenated(source_position_ids));
         x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), source_keep);
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
         return x;
     }
     // Decoder token t reads row t; with random positions, the row its source's token t read (every task's output is
     // as long as its input), so both sides share one draw. (Decoder-only: t counts from the sequence's start.)
-    int target_row(const std::vector<int>& rows_of_source, int t) const {
-        return draws_position_rows(config.positions) ? rows_of_source.at(t) : t;
+    int target_position_id(const std::vector<int>& of_source, int t) const {
+        return draws_position_ids(config.positions) ? of_source.at(t) : t;
     }
     // The logits for the next token at every position of the targets (teacher forcing); the sources' PADs hidden.
     Matrix next_token_logits(const Batch& tgts_in, const Matrix& memory, const Batch& srcs) {
         targets_in = tgts_in;
         int T = int(tgts_in[0].size()), n_seq = int(tgts_in.size());
-        target_rows.assign(n_seq, {});
+        target_position_ids.assign(n_seq, {});
         for (int e = 0; e < n_seq; e++)
-            for (int t = 0; t < T; t++) target_rows[e].push_back(target_row(source_rows[e], t));
+            for (int t = 0; t < T; t++)
+                target_position_ids[e].push_back(target_position_id(source_position_ids[e], t));
         Mask memory_mask(false, srcs);  // no PAD of the source (padding_mask, written out: (n_seq T, S))
         Mask causal(true, {});          // nothing after the query (causal_mask, written out: (T, T) a sequence)
-        Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_rows));
+        Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_position_ids));
         y = dropout(std::move(y), config.dropout, embedding_dropout_draws(), target_keep);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
@@ -717,8 +718,8 @@ struct Transformer {
         dx = dropout_backward(std::move(dx), source_keep);
         // The table is shared: sequence by sequence, decoder side first, as one sequence at a time would add.
         for (int e = 0; e < n_seq; e++) {
-            embed.backward(targets_in[e], target_rows[e], take_block(dy, e * T, T, 0, config.d_model));
-            embed.backward(sources[e], source_rows[e], take_block(dx, e * S, S, 0, config.d_model));
+            embed.backward(targets_in[e], target_position_ids[e], take_block(dy, e * T, T, 0, config.d_model));
+            embed.backward(sources[e], source_position_ids[e], take_block(dx, e * S, S, 0, config.d_model));
         }
     }
     // Every learned tensor with its name, in a fixed order (the checkpoint's order too).

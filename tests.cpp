@@ -497,15 +497,15 @@ TEST_CASE("gradient: Embedding + positions") {
 // Without Positions::random the rows are 0..L-1 and no draw is made. With it: L distinct rows in
 // increasing order, and over many draws each of the max_len rows is taken about L / max_len of the time
 // (selection sampling is uniform over all subsets): 3 of 12 rows, 12,000 draws, so 3,000 each.
-TEST_CASE("position_rows: in order, and with Positions::random an even draw from the whole table") {
+TEST_CASE("position_ids_of: in order, and with Positions::random an even draw from the whole table") {
     Rng rng(5), untouched(5);
-    CHECK(position_rows(4, 9, false, rng) == std::vector<int>{0, 1, 2, 3});
-    CHECK(position_rows(2, 9, false, rng) == std::vector<int>{0, 1});
+    CHECK(position_ids_of(4, 9, false, rng) == std::vector<int>{0, 1, 2, 3});
+    CHECK(position_ids_of(2, 9, false, rng) == std::vector<int>{0, 1});
     CHECK(rng.next() == untouched.next());
-    CHECK(position_rows(5, 5, true, rng) == std::vector<int>{0, 1, 2, 3, 4});
+    CHECK(position_ids_of(5, 5, true, rng) == std::vector<int>{0, 1, 2, 3, 4});
     std::vector<int> taken(12);
     for (int draw = 0; draw < 12000; draw++) {
-        std::vector<int> rows = position_rows(3, 12, true, rng);
+        std::vector<int> rows = position_ids_of(3, 12, true, rng);
         REQUIRE(rows.size() == 3u);
         CHECK((rows[0] < rows[1] && rows[1] < rows[2]));
         for (int row : rows) taken[row]++;
@@ -986,9 +986,9 @@ TEST_CASE("Positions::random: training draws anew, evaluation reads each input's
     const std::vector<int> a = {5, 2, 4, 2}, b = {3, 1, PAD, PAD};
     const uint64_t before = model.position_draws.state;
     model.encode({a});
-    std::vector<int> alone = model.source_rows[0];
+    std::vector<int> alone = model.source_position_ids[0];
     model.encode({b, a});
-    CHECK(model.source_rows[1] == alone);
+    CHECK(model.source_position_ids[1] == alone);
     CHECK(model.position_draws.state == before);
     Dataset data(d, {}, 20, 5);
     const Transformer::Batch held_out = inputs_of(data.held_out, 0, data.held_out.size()).sources;
@@ -996,11 +996,11 @@ TEST_CASE("Positions::random: training draws anew, evaluation reads each input's
     CHECK(model.position_draws.state == before);
     model.train(true);  // as gradient_of sets it: two encodes of one input draw two lists of rows
     model.encode({a});
-    std::vector<int> first_draw = model.source_rows[0];
+    std::vector<int> first_draw = model.source_position_ids[0];
     model.encode({a});
     model.train(false);
     CHECK(model.position_draws.state != before);
-    CHECK(first_draw != model.source_rows[0]);  // 4 of 16 rows twice: the same list 1 time in 1,820
+    CHECK(first_draw != model.source_position_ids[0]);  // 4 of 16 rows twice: the same list 1 time in 1,820
 }
 TEST_CASE("gradient: whole model, Positions::none") {
     check_model_with("model (no positions)", [](ModelConfig& c) { c.positions = Positions::none; });

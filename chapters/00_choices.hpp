@@ -60,7 +60,7 @@ inline bool attends_in_tiles(Attention attention) {
     return false;  // not reached
 }
 // Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
-inline bool draws_position_rows(Positions positions) {
+inline bool draws_position_ids(Positions positions) {
     switch (positions) {
     case Positions::random: return true;
     case Positions::sinusoidal: case Positions::learned: case Positions::none: case Positions::rope:

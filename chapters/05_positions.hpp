@@ -2,7 +2,7 @@
 // on distance (ALiBi).
 //
 // What it adds: --pos random (Ruoss et al. 2023), --pos rope (Su et al. 2021, RoFormer) and --pos alibi (Press et
-// al. 2022). What it changes in the first part: Embedding reads a row of its table per token (position_rows, here),
+// al. 2022). What it changes in the first part: Embedding reads a row of its table per token (position_ids_of, here),
 // MultiHeadAttention turns its queries and keys (rotate_pairs) when it was built rotary, and attention_weights
 // lowers each score by its distance (alibi_slopes_of gives each head its slope). --pos learned and --pos none are
 // Embedding's own (model.hpp): a table of their own, or nothing added.
@@ -13,15 +13,15 @@
 
 #include "../matrix.hpp"
 
-// Which row of the position table each of L tokens reads: 0, 1, ..., L-1. Or, with random positions (--pos random;
-// Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order survives, and
-// training at short lengths visits every row, so a longer input at test time meets no unseen row.
-inline std::vector<int> position_rows(int L, int max_len, bool random_rows, Rng& rng) {
-    std::vector<int> rows;
-    for (int row = 0; row < max_len && int(rows.size()) < L; row++)  // take each row with chance
-        if (!random_rows || rng.below(max_len - row) < L - int(rows.size()))  // needed / left
-            rows.push_back(row);
-    return rows;
+// The position ids of L tokens: which row of the position table each reads, 0, 1, ..., L-1. Or, with random
+// positions (--pos random; Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order
+// survives, and training at short lengths visits every row, so a longer input at test time meets no unseen row.
+inline std::vector<int> position_ids_of(int L, int max_len, bool drawn, Rng& rng) {
+    std::vector<int> ids;
+    for (int row = 0; row < max_len && int(ids.size()) < L; row++)  // take each row with chance
+        if (!drawn || rng.below(max_len - row) < L - int(ids.size()))  // needed / left
+            ids.push_back(row);
+    return ids;
 }
 // Outside training a source's rows are drawn from a stream seeded by the source itself, so one input always reads
 // the same rows: FNV-1a over its token ids.

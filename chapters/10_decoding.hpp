@@ -34,7 +34,7 @@ struct DecodingCache {
     struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
     std::vector<Layer> layers;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
-    Transformer::Batch rows;          // n_seq x (S): the position rows its source read, which the output's follow
+    Transformer::Batch position_ids;  // n_seq x (S): the position ids its source read, which the output's follow
                                       // (random positions); decoder-only: n_seq x (2 S), the whole sequence's
     int position = 0;                 // the position the next tokens take: 0 for START (decoder-only: S)
 };
@@ -117,10 +117,10 @@ inline DecodingCache start_decoding_whole(Transformer& model, const Transformer:
     DecodingCache cache;
     cache.sources = sources;
     const int S = int(sources[0].size()), n_seq = int(sources.size());
-    cache.rows = model.rows_for(sources, positions_read(model.config, S));
-    Transformer::Batch rows;  // the sources' own rows, the first S of each
-    for (const std::vector<int>& r : cache.rows) rows.push_back({r.begin(), r.begin() + S});
-    Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(rows));
+    cache.position_ids = model.position_ids_for(sources, positions_read(model.config, S));
+    Transformer::Batch source_ids;  // the sources' own position ids, the first S of each
+    for (const std::vector<int>& ids : cache.position_ids) source_ids.push_back({ids.begin(), ids.begin() + S});
+    Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(source_ids));
     Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
     cache.layers.resize(model.decoder.size());
     for (std::size_t i = 0; i < model.decoder.size(); i++)
@@ -137,7 +137,7 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
     DecodingCache cache;
     cache.sources = sources;
     Matrix memory = model.encode(sources);
-    cache.rows = model.source_rows;
+    cache.position_ids = model.source_position_ids;
     for (DecoderBlock& block : model.decoder)
         cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
                                 block.cross_attn.W_v.forward(memory)});
@@ -147,9 +147,9 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
 // The logits (n_seq, vocab) of the token after each sequence's newest (n_seq x (1)), at cache.position.
 inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Transformer::Batch& newest) {
     const int n_seq = int(newest.size());
-    std::vector<int> rows;  // the position row each newest token reads
-    for (int e = 0; e < n_seq; e++) rows.push_back(model.target_row(cache.rows[e], cache.position));
-    Matrix y = model.embed.forward(Transformer::concatenated(newest), rows);  // (n_seq, d_model)
+    std::vector<int> ids;  // the position id (row of the position table) each newest token reads
+    for (int e = 0; e < n_seq; e++) ids.push_back(model.target_position_id(cache.position_ids[e], cache.position));
+    Matrix y = model.embed.forward(Transformer::concatenated(newest), ids);  // (n_seq, d_model)
     Matrix memory_mask, self_mask;  // cross-attention's (n_seq, S), or decoder-only's self-attention's (n_seq, keys)
     switch (model.config.arch) {
     case Arch::encoder_decoder: memory_mask = padding_mask(1, cache.sources); break;

@@ -82,7 +82,7 @@ const std::vector<Mistake> MISTAKES = {
      {{"table.grad.at(tokens[t], c) += multiplier", "table.grad.at(tokens[t], c) = multiplier"}}, "assigns (=)"},
     {"embedding", "the multiplier left out", {{"+= multiplier * dX.at(t, c);", "+= dX.at(t, c);"}},
      "multiplier left out"},
-    {"embedding", "the positions counted from 1", {{"learned.grad.at(rows[t], c)", "learned.grad.at(rows[t] + 1, c)"}},
+    {"embedding", "the positions counted from 1", {{"learned.grad.at(position_ids[t], c)", "learned.grad.at(position_ids[t] + 1, c)"}},
      "off by one"},
     {"embedding", "fixed positions forgotten (no learned table)",
      {{"if (!learned.value.empty()) learned.grad", "learned.grad"}}, "index out of range"},

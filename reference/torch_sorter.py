@@ -130,15 +130,15 @@ class Embedding:  # struct Embedding: X[t] = table[token_t] * scale + P[t]; one 
         self.fixed = sinusoidal_table(c.max_len, c.d_model)                            # never trained
         self.scale = math.sqrt(c.d_model) if c.embed_scale else 1.0
         self.positions = c.positions
-        self.position_rows()  # an unknown positions fails now, when the model is built
+        self.position_table()  # an unknown positions fails now, when the model is built
 
-    def position_rows(self):  # (max_len, d_model), or None: with no positions the model sees a bag of tokens
+    def position_table(self):  # (max_len, d_model), or None: with no positions the model sees a bag of tokens
         return choose("positions", self.positions, {"sinusoidal": self.fixed, "learned": self.learned, "none": None,
                                                     "rope": None, "alibi": None})  # those two act in attention
 
     def __call__(self, tokens):  # tokens (B, T) -> X (B, T, d_model)
         X = self.table[tokens] * self.scale  # indexing is a gather; autograd scatter-adds it back
-        P = self.position_rows()
+        P = self.position_table()
         return X if P is None else X + P[: tokens.shape[1]]
 
 

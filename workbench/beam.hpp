@@ -42,10 +42,10 @@ inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
                 std::copy_n(&kept->at(from[i] * L, 0), std::size_t(L) * kept->cols, &gathered.at(int(i) * L, 0));
             *kept = std::move(gathered);
         }
-    Transformer::Batch parents_sources = cache.sources, parents_rows = cache.rows;
-    cache.sources.clear(), cache.rows.clear();
+    Transformer::Batch parents_sources = cache.sources, parents_position_ids = cache.position_ids;
+    cache.sources.clear(), cache.position_ids.clear();
     for (int parent : from)
-        cache.sources.push_back(parents_sources[parent]), cache.rows.push_back(parents_rows[parent]);
+        cache.sources.push_back(parents_sources[parent]), cache.position_ids.push_back(parents_position_ids[parent]);
 }
 
 // Each source's hypotheses after `length` tokens, best score first: K of them, or every possible output if

@@ -298,7 +298,7 @@ inline Options parse_options(int argc, char** argv) {
     if (o.train.lr * o.train.weight_decay >= 1.0)
         fail(fmt("--weight-decay %g with --lr %g: each step multiplies the matrices by 1 - lr x weight decay, which "
                  "must stay above 0; lower one of them", o.train.weight_decay, o.train.lr));
-    if (!o.dump_step_path.empty() && draws_position_rows(m.positions))
+    if (!o.dump_step_path.empty() && draws_position_ids(m.positions))
         fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
              "combined with --pos random");
     if (!o.load_path.empty())
@@ -335,7 +335,7 @@ inline Options parse_options(int argc, char** argv) {
                                                                              // (--finish: main.cpp's build_or_load)
     m = fit_to_data(m, d);
     m.max_len = std::max(m.max_len, positions_read(m, o.test_len));  // positions up to the longest test input
-    if (draws_position_rows(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
+    if (draws_position_ids(m.positions)) m.max_len *= RANDOM_POSITION_SPAN;
     if (o.load_path.empty() && (o.train.steps > 0 || o.speed || o.step_cost))  // (loaded: main.cpp's build_or_load)
         if (std::string problem = step_memory_problem(m, d, o.train, o.thread_count); !problem.empty()) fail(problem);
     return o;
