@@ -75,16 +75,14 @@ for build in "$@"; do
   mkdir -p "$WORK/$name"
   case ${command%% *} in */*) direct+=("$build") ;; *) runners+=("$build") ;; esac
 done
-pids=()
 for build in ${runners[@]+"${runners[@]}"} ${direct[@]+"${direct[@]}"}; do
   name=${build%%=*} command=${build#*=}
   read -r -a argv <<< "$command"
   for i in "${!argv[@]}"; do  # the runs happen in folders of their own: ./sorter becomes /.../sorter
     case ${argv[$i]} in /*) ;; */*) argv[$i]=$PWD/${argv[$i]} ;; esac
   done
-  if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  while [ "$(jobs -pr | wc -l)" -ge "$JOBS" ]; do sleep 0.2; done  # a free core (bash 3.2 has no wait -n)
   run_build "$name" "${argv[@]}" &
-  pids+=($!)
 done
 wait
 for name in "${names[@]}"; do cat "$WORK/$name.time"; done

@@ -45,10 +45,13 @@ TEST_CASE("signals: a first Ctrl-C stops training and keeps what was learned; a 
 
     std::string big = dir.file("big.txt");
     log = dir.file("log2");
-    pid = start_run({"--steps", "1000000", "--d-model", "128", "--d-ff", "512", "--save", big}, log);
+    // Both come inside one training step, which takes a second or more at this size: 0.3 s apart, so that the run
+    // has heard the first before the second comes, even on a busy machine (two signals sent before the run is next
+    // on a core would arrive as one).
+    pid = start_run({"--steps", "1000000", "--d-model", "256", "--d-ff", "1024", "--batch", "512", "--save", big}, log);
     REQUIRE(wait_for_text(pid, log, "held-out loss"));
     kill(pid, SIGINT);
-    usleep(20000);
+    usleep(300000);
     kill(pid, SIGINT);
     CHECK(exit_status(pid) == -SIGINT);
     CHECK(dir.listing() == std::vector<std::string>{"log", "log2", "m.txt"});
