@@ -17,8 +17,9 @@ WORK=$(mktemp -d /tmp/sorter-same-bits-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
 # The golden configurations: one a line, run in this order (later lines load earlier checkpoints). Together
-# they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu. The last
-# two are large enough that --threads cuts their products and attention (matrix.hpp's PARALLEL_WORK).
+# they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu. c17 and
+# c18 are large enough that --threads cuts their products and attention (engine/kernels.hpp's PARALLEL_WORK); so
+# is c23, a mixture of experts (chapter 11), each expert's product on the rows routed to it.
 CONFIGS=$(cat <<EOF
 --steps 300 --save c01.txt
 --steps 150 --norm post --pos learned --act gelu --tie-embeddings --save c02.txt --dump-step d02.txt
@@ -42,6 +43,7 @@ CONFIGS=$(cat <<EOF
 --steps 60 --attention flash --seq-len 40 --min-len 30 --batch 4 --save c20.txt
 --load c01.txt --quantize 8 --save c21.txt
 --load c01.txt --quantize 4 --save c22.txt --sort 3 1 2 5 4 --test-len 7
+--steps 60 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt --inspect
 EOF
 )
 

@@ -1,5 +1,6 @@
 // workbench/beam_test.cpp -- tests of beam search (beam.hpp): the length penalty by hand, a beam of 1 is
-// greedy decoding bit for bit, and a beam as wide as every output finds the exhaustive search's best.
+// greedy decoding bit for bit, and a beam as wide as every output finds the exhaustive search's best; with experts
+// (chapter 11), the cache and the beam as exact as without.
 #include "test_helpers.hpp"
 #include "evaluate.hpp"
 
@@ -134,4 +135,78 @@ TEST_CASE("decoding: an output ends at its first PAD, and never contains START")
             finished_early += output_length(h.tokens) < d.seq_len;
         }
     CHECK(finished_early > 0);
+}
+
+// Decoding composes with experts (chapter 11): the router sends each row by itself, so the cache's one new row a step
+// goes where the whole prefix's row would. On a trained model with E = 4, K = 2, one shared expert and the balance
+// loss, encoder-decoder and decoder-only: greedy decoding with the cache gives every position's logits of decoding
+// without it (the whole prefix run again each step), bit for bit; a beam of 1 is greedy decoding; and a beam of 3's
+// log P, added up through its reordered cache, is a teacher-forced pass's, bit for bit (the same sums, maths::exp
+// and maths::log as beam_search takes them).
+TEST_CASE("decoding with experts: the cache is decoding without it bit for bit, a beam of 1 is greedy") {
+    for (Arch arch : {Arch::encoder_decoder, Arch::decoder_only}) {
+        INFO(std::string(arch == Arch::decoder_only ? "decoder-only" : "encoder-decoder"));
+        DataConfig d;
+        Dataset data(d, {}, 200, 5);
+        ModelConfig c;
+        c.arch = arch;
+        c = fit_to_data(c, d);
+        c.experts = 4, c.top_k_asked = 2, c.shared_experts = 1, c.balance = 0.01;
+        if (arch == Arch::decoder_only) c.enc_layers = 0;  // (as --arch decoder-only sets it)
+        Transformer model(c, 3);
+        TrainConfig t;
+        t.lr = 0.2, t.schedule = Schedule::constant;
+        TrainState state(t, 3);
+        for (long step = 1; step <= 300; step++) train_step(model, data, t, state, 300);
+        const int T = d.seq_len, vocab = c.vocab, start = start_token(vocab);
+        Transformer::Batch sources = inputs_of(data.held_out, 0, 200).sources;
+        // Without the cache: every step runs each output so far (START first) through the whole model again.
+        std::vector<std::vector<int>> uncached(sources.size());
+        Transformer::Batch prefix(sources.size(), {start});
+        DecodingCache cache = start_decoding(model, sources);
+        Transformer::Batch newest(sources.size(), {start});
+        long differing = 0;
+        for (int step = 0; step < T; step++) {
+            const Matrix full = model.forward(sources, prefix);  // (n_seq (step + 1), vocab)
+            const Matrix kept = newest_logits(model, cache, newest);  // (n_seq, vocab)
+            for (std::size_t e = 0; e < sources.size(); e++) {
+                const int row = int(e) * (step + 1) + step;  // sequence e's newest position
+                int best = 0;
+                for (int v = 0; v < vocab; v++) {
+                    differing += full.at(row, v) != kept.at(int(e), v);
+                    if (v != start && v > 0 && full.at(row, v) > full.at(row, best)) best = v;
+                }
+                const int token = !uncached[e].empty() && uncached[e].back() == PAD ? PAD : best;
+                uncached[e].push_back(token), prefix[e].push_back(token), newest[e][0] = token;
+            }
+        }
+        CHECK(differing == 0);
+        CHECK(greedy_decode(model, sources, T) == uncached);
+        int right = 0;
+        for (std::size_t e = 0; e < sources.size(); e++) right += uncached[e] == data.held_out[e].target;
+        std::printf("  decoding with experts, %s: greedy exact-match %d of 200\n",
+                    arch == Arch::decoder_only ? "decoder-only" : "encoder-decoder", right);
+        CHECK(right == (arch == Arch::decoder_only ? 59 : 112));
+        const std::vector<std::vector<int>> greedy = decode_all(model, data.held_out);
+        for (double alpha : {0.0, 0.6}) CHECK(decode_all(model, data.held_out, DecodeConfig{1, alpha}) == greedy);
+        // A beam of 3 on 20 sources: each hypothesis's log P, teacher-forced, to the last bit.
+        Transformer::Batch few(sources.begin(), sources.begin() + 20);
+        std::vector<std::vector<Hypothesis>> found = beam_search(model, few, T, 3, 0.6);
+        int hypotheses = 0, equal = 0;
+        for (std::size_t e = 0; e < few.size(); e++)
+            for (const Hypothesis& h : found[e]) {
+                const Matrix logits = model.forward({few[e]}, {shifted_right(h.tokens, vocab)});  // (T, vocab)
+                double log_prob = 0.0;
+                for (int p = 0; p < output_length(h.tokens); p++) {
+                    double max = logits.at(p, 0), sum = 0.0;
+                    for (int v = 1; v < vocab; v++) max = std::max(max, logits.at(p, v));
+                    for (int v = 0; v < vocab; v++) sum += maths::exp(logits.at(p, v) - max);
+                    const double log_sum = maths::log(sum);
+                    log_prob = log_prob + (logits.at(p, h.tokens[p]) - max - log_sum);
+                }
+                hypotheses++, equal += h.log_prob == log_prob;
+            }
+        CHECK(hypotheses == 60);
+        CHECK(equal == hypotheses);
+    }
 }

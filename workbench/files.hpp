@@ -252,6 +252,8 @@ inline std::vector<Output> outputs_of(const Options& o) {
     if (!o.svg_dir.empty())
         for (const std::string& name : {ATTENTION_SVG, POSITIONS_SVG, TRAINING_SVG})
             out.push_back({"--svg", (std::filesystem::path(o.svg_dir) / name).string()});
+    if (!o.svg_dir.empty() && o.model.experts > 0)
+        out.push_back({"--svg", (std::filesystem::path(o.svg_dir) / EXPERTS_SVG).string()});
     return out;
 }
 // Two paths name one file: the same device and inode when both exist, else the same canonical path.

@@ -56,6 +56,7 @@ struct Options {
 };
 const Options DEFAULTS;
 const std::string ATTENTION_SVG = "attention.svg", POSITIONS_SVG = "pe.svg", TRAINING_SVG = "training.svg";  // --svg
+const std::string EXPERTS_SVG = "experts.svg";  // --svg, with --experts (chapter 11)
 
 // The command line, read one flag at a time; each reader takes the flag's value and checks it.
 struct Args {

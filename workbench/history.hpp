@@ -209,14 +209,17 @@ inline std::string evaluation_line(long step, double recent, double held_out_los
                100 * a.exact, 100 * a.token,
                a.total < a.asked ? fmt("   (%d %s)", a.total, cut_short_text(a).c_str()).c_str() : "");
 }
+// With experts (chapter 11), the row's last column: their balance loss apart from the task's, its mean over the same
+// steps ("" without experts).
+inline std::string balance_column(const ModelConfig& c, double balance) {
+    return c.experts > 0 ? fmt("  %10.4f", balance) : "";
+}
 inline void print_evaluation(Transformer& model, const Dataset& data, long step, History& history) {
     Accuracy a = evaluate(model, data.held_out, history.decoding);
     double held_out_loss = teacher_forced_loss(model, data.held_out);
     double recent = history.recent_loss / double(history.recent_steps);
     history.evals.push_back({step, recent, a.exact, a.token, held_out_loss});
-    // With experts (chapter 11), their balance loss, apart from the task's: its mean over the same steps.
-    const std::string balance =
-        model.config.experts > 0 ? fmt("  %10.4f", history.recent_balance / double(history.recent_steps)) : "";
+    const std::string balance = balance_column(model.config, history.recent_balance / double(history.recent_steps));
     std::printf("%s%s\n", evaluation_line(step, recent, held_out_loss, a).c_str(), balance.c_str());
     history.recent_loss = history.recent_balance = 0.0;
     history.recent_steps = 0;

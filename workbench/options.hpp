@@ -169,7 +169,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         &O::trace_shapes),
             switch_flag("--params", "parameter count per block and in total, then stop", false, true, &O::params),
             path_flag("--svg", "DIR",
-                      "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR", false,
+                      "write " + ATTENTION_SVG + ", " + POSITIONS_SVG + " and " + TRAINING_SVG + " into DIR (with "
+                      "--experts, " + EXPERTS_SVG + " too)", false,
                       &O::svg_dir),
             scoring(path_flag("--report", "FILE", "after training (or with --load), write one HTML page of the run "
                       "to FILE: curves, gradient flow, attention, a decoding replay, the positions, the mistakes",

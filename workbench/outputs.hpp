@@ -28,7 +28,7 @@ inline void look_without_training(const Options& o, Transformer& model, const Da
         Rng batch_draws = state.batch_draws;  // a copy: the batch training would draw next
         trace_shapes(model, data.draw_batch(batch_draws, o.train.batch));
     }
-    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr, o.decode);
+    if (!o.svg_dir.empty()) write_pictures(o.svg_dir, model, example.source, nullptr, o.decode, data.held_out);
 }
 
 
@@ -82,7 +82,8 @@ inline void write_outputs(const Options& o, Transformer& model, const Dataset& d
                     history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
     }
     if (!o.svg_dir.empty())
-        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode);
+        write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode,
+                       data.held_out);
     if (!o.report_path.empty()) {  // on the first watched input, or the --sort digits
         if (history.watched.empty()) history.watched = watched_examples(data);
         if (history.predictions.empty()) show_examples("the loaded model", model, history);

@@ -215,8 +215,9 @@ inline std::string report_html(Transformer& model, const History& h, const std::
     else
         page += "<p>--pos none: the model adds no positions.</p>\n";
     page += "</section>\n";
-    if (c.experts > 0)  // chapter 11: which experts the example's tokens went to
-        page += "<section id=\"experts\"><h2>The experts</h2>\n" + experts_html(model, source, output) + "</section>\n";
+    if (c.experts > 0)  // chapter 11: which experts the example's tokens went to; over the held-out set, experts.svg
+        page += "<section id=\"experts\"><h2>The experts</h2>\n" + experts_html(model, source, output) +
+                (held_out.empty() ? "" : experts_svg(model, held_out)) + "</section>\n";
     page += "<section id=\"mistakes\"><h2>Held-out mistakes</h2>\n" + mistakes_html(model, held_out, h.decoding);
     page += std::string("</section>\n") + REPORT_SCRIPT + "</body>\n</html>\n";
     return page;

@@ -38,6 +38,7 @@ TEST_CASE("--report: the page of an untrained model is whole and well-formed") {
     CHECK(markup_problem(page) == "");
     CHECK(contains(page, "<section id=\"experts\"><h2>The experts</h2>"));
     CHECK(contains(page, "the 2 of 3 experts its router chose"));
+    CHECK(contains(page, "Experts: 2 of 3 a token, over 30 held-out examples"));  // experts.svg, in the section
     CHECK(contains(page, "<tr><th>encoder.0</th><td>"));
     CHECK(contains(page, "<tr><th>decoder.0</th><td>S: e"));
 }

@@ -1,8 +1,8 @@
 // workbench/svg.hpp -- pictures as SVG files for a browser (--svg DIR), which the HTML report shows too:
-// the attention maps, the position table, the training curves and the gradient flow.
+// the attention maps, the position table, the training curves, the gradient flow and the experts' routes.
 //
 // Sections: SVG elements; colours and the colour bar; the heatmap; attention.svg and pe.svg; charts
-// (step ticks, axes, lines); training.svg and the gradient flow; writing the files.
+// (step ticks, axes, lines); training.svg and the gradient flow; experts.svg; writing the files.
 #pragma once
 
 #include "files.hpp"
@@ -281,15 +281,90 @@ inline std::string gradient_svg(const History& h) {
     }
     return svg_document(820, std::max(400.0, 90 + 18.0 * lines.size()), body);
 }
+// With experts (chapter 11), experts.svg: for each layer, which expert is the first choice of the rows reading each
+// token (a digit, S = START, _ = PAD; a token no row reads is left out), as the share of that token's rows, over the
+// first 200 held-out examples under teacher forcing (what --inspect prints, drawn); beside it each expert's load, the
+// share of the K n choices it took, against the even share 1 / E. A router that collapsed shows one tall bar; one
+// whose experts specialise, one dark cell a row.
+inline std::string experts_svg(Transformer& model, const std::vector<Example>& held_out) {
+    const ModelConfig& c = model.config;
+    const Inputs in = inputs_of(held_out, 0, 200);
+    model.forward(in.sources, in.targets_in);
+    std::vector<int> read = Transformer::concatenated(in.targets_in);  // the decoder's rows; decoder-only: source first
+    if (!has_encoder(c.arch)) read.clear();
+    for (std::size_t e = 0; !has_encoder(c.arch) && e < in.sources.size(); e++) {
+        read.insert(read.end(), in.sources[e].begin(), in.sources[e].end());
+        read.insert(read.end(), in.targets_in[e].begin(), in.targets_in[e].end());
+    }
+    const int E = c.experts, vocab = c.vocab;
+    const SvgHeatmap hm(vocab, E, 300);
+    const double bar = std::max(hm.cell, 30.0), chart_h = 160, chart_x = 20 + hm.row_label + E * hm.cell + 60;
+    const double panel_h = std::max(hm.title + hm.label + vocab * hm.cell, chart_h + 70) + 40;
+    std::string body = svg_text(20, 24, fmt("Experts: %d of %d a token%s, over %zu held-out examples (teacher forcing)",
+                                            c.top_k(), E, c.shared_experts ? fmt(", and %d shared", c.shared_experts)
+                                            .c_str() : "", in.sources.size()), 15, "start") +
+                       svg_text(20, 44, "left: of the rows reading each token (S = START, _ = PAD), the share whose "
+                                        "first choice is each expert;", 12, "start", "#555") +
+                       svg_text(20, 60, "right: each expert's load, its share of all the choices; the red line is "
+                                        "an even load (1 / E)", 12, "start", "#555");
+    auto layer = [&](int i, const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = std::get<Experts>(ffn.block);
+        const double top = 80 + i * panel_h;
+        std::vector<std::vector<double>> firsts(vocab, std::vector<double>(E, 0.0));  // token v's rows, by first choice
+        std::vector<int> rows(vocab, 0);
+        for (std::size_t r = 0; r < tokens.size(); r++) firsts[tokens[r]][moe.chosen[r][0]] += 1, rows[tokens[r]]++;
+        std::vector<int> shown;  // the tokens some row reads
+        for (int v = 0; v < vocab; v++)
+            if (rows[v] > 0) shown.push_back(v);
+        Matrix share(int(shown.size()), E);  // (tokens read, E): the share of token v's rows whose first choice is j
+        std::vector<std::string> names, experts;
+        for (std::size_t k = 0; k < shown.size(); k++) {
+            const int v = shown[k];
+            names.push_back(v == PAD ? "_" : v == vocab - 1 ? "S" : std::to_string(v));
+            for (int j = 0; j < E; j++) share.at(int(k), j) = firsts[v][j] / rows[v];
+        }
+        for (int j = 0; j < E; j++) experts.push_back("e" + std::to_string(j));
+        std::string s = svg_text(20, top + 16, name, 14, "start") +
+                        hm.draw(20, top + 24, "first choice, by token read", share, names, experts, 1.0, false, true);
+        const std::vector<int> load = moe.load();
+        double most = 2.0 / E;  // the chart's top: twice the even share, or the largest load
+        for (int taken : load) most = std::max(most, taken / (double(moe.K) * tokens.size()));
+        const double base = top + 24 + hm.title + hm.label + chart_h;
+        s += svg_text(chart_x, top + 38, "load by expert", 13, "start") +
+             svg_line(chart_x, base, chart_x + E * bar, base, "#444");
+        for (int j = 0; j < E; j++) {
+            const double percent = 100.0 * load[j] / (double(moe.K) * tokens.size());  // as --inspect reckons it
+            const double h = chart_h * percent / 100 / most;
+            s += svg_rect(chart_x + j * bar + 3, base - h, bar - 6, h, "rgb(58,110,165)",
+                          fmt("e%d: %.1f%%", j, percent)) +
+                 svg_text(chart_x + (j + 0.5) * bar, base + 15, "e" + std::to_string(j), 11) +
+                 svg_text(chart_x + (j + 0.5) * bar, base + 30, fmt("%.1f", percent), 10, "middle", "#555");
+        }
+        const double even = base - chart_h / (E * most);
+        s += svg_polyline(fmt("%.1f,%.1f %.1f,%.1f", chart_x, even, chart_x + E * bar, even),
+                          "stroke=\"#c00\" stroke-dasharray=\"4 3\"") +
+             svg_text(chart_x + E * bar + 4, even + 4, fmt("even %.1f%%", 100.0 / E), 11, "start", "#c00") +
+             svg_text(chart_x + E * bar + 4, base + 30, "% of choices", 10, "start", "#555");
+        return s;
+    };
+    int i = 0;
+    const std::vector<int> sources = Transformer::concatenated(in.sources);
+    for (std::size_t b = 0; b < model.encoder.size(); b++)
+        body += layer(i++, "encoder." + std::to_string(b), model.encoder[b].ffn, sources);
+    for (std::size_t b = 0; b < model.decoder.size(); b++)
+        body += layer(i++, "decoder." + std::to_string(b), model.decoder[b].ffn, read);
+    return svg_document(std::max(720.0, chart_x + E * bar + 100), 90 + i * panel_h, body);
+}
+
 inline void write_svg(const std::string& dir, const std::string& name, const std::string& svg) {  // DIR/name
     std::string path = (std::filesystem::path(dir) / name).string();
     write_atomically(path, "--svg", [&](FILE* f) { std::fputs(svg.c_str(), f); });
     std::printf("wrote %s\n", path.c_str());
 }
 
-// Every picture that applies: one example's attention, the position table, the training curves.
+// Every picture that applies: one example's attention, the position table, the training curves, the experts' routes.
 inline void write_pictures(const std::string& dir, Transformer& model, const std::vector<int>& source,
-                           const History* history, const DecodeConfig& how) {
+                           const History* history, const DecodeConfig& how, const std::vector<Example>& held_out) {
     const ModelConfig& c = model.config;
     std::vector<int> output = decode_outputs(model, {source}, int(source.size()), how)[0];
     std::string caption = "Attention maps: input " + digits_text(source, c) + ", output " + digits_text(output, c);
@@ -298,4 +373,5 @@ inline void write_pictures(const std::string& dir, Transformer& model, const std
     if (const Matrix* table = model.embed.position_table())
         write_svg(dir, POSITIONS_SVG, positions_svg(*table, POSITION_NAMES[int(c.positions)]));
     if (history && !history->losses.empty()) write_svg(dir, TRAINING_SVG, training_svg(*history));
+    if (c.experts > 0 && !held_out.empty()) write_svg(dir, EXPERTS_SVG, experts_svg(model, held_out));
 }

@@ -13,7 +13,7 @@ TEST_CASE("SVG pictures are whole documents, written atomically") {
     for (int s = 1; s <= 30; s++) h.losses.push_back(2.0 / s);
     h.evals = {{10, 0.5, 0.2, 0.6, 0.4}, {20, 0.1, 0.7, 0.9, 0.2}, {30, 0.05, 1.0, 1.0, 0.1}};
     TempDir dir("svg");
-    write_pictures(dir.path.string(), model, make_example({5, 3, 9, 1, 1}, d).source, &h, DecodeConfig());
+    write_pictures(dir.path.string(), model, make_example({5, 3, 9, 1, 1}, d).source, &h, DecodeConfig(), {});
     CHECK(dir.listing() == std::vector<std::string>{"attention.svg", "pe.svg", "training.svg"});
     for (const std::string& name : dir.listing()) {
         std::string svg = read_all(dir.file(name));
@@ -89,3 +89,50 @@ TEST_CASE("gradient flow: one norm per block, the square root of the sum of squa
         CHECK(h.gradient_norms[1][b] == doctest::Approx(std::sqrt(entries[h.blocks[b]])).epsilon(1e-15));
 }
 
+
+// experts.svg (chapter 11), written by --svg for a model with experts: each layer's load is the router's, the share of
+// the K n choices each expert took (the bars' tips), and each token's first choices add up to its rows (each row of
+// the heatmap sums to 1). A decoder-only model with 2 blocks, E = 4, K = 2, untrained: 200 examples of 5 + 5 rows.
+TEST_CASE("experts.svg: each layer's load and each token's first choices, as the router chose") {
+    DataConfig d;
+    Dataset data(d, {}, 200, 5);
+    ModelConfig c;
+    c.arch = Arch::decoder_only;
+    c = fit_to_data(c, d);
+    c.enc_layers = 0, c.dec_layers = 2, c.experts = 4, c.top_k_asked = 2;
+    Transformer model(c, 7);
+    TempDir dir("svg-experts");
+    printed_by([&] { write_pictures(dir.path.string(), model, data.held_out[0].source, nullptr, DecodeConfig(),
+                                    data.held_out); });
+    CHECK(dir.listing() == std::vector<std::string>{"attention.svg", "experts.svg", "pe.svg"});
+    const std::string svg = read_all(dir.file("experts.svg"));
+    CHECK(contains(svg, "Experts: 2 of 4 a token, over 200 held-out examples"));
+    CHECK(contains(svg, "even 25.0%"));
+    // The model's last forward is experts_svg's: every block's load, as the bars' tips say it.
+    int blocks = 0;
+    for (const DecoderBlock& block : model.decoder) {
+        const Experts& moe = std::get<Experts>(block.ffn.block);
+        const std::vector<int> load = moe.load();
+        int choices = 0;
+        for (int j = 0; j < 4; j++) {
+            choices += load[j];
+            CHECK(contains(svg, fmt("<title>e%d: %.1f%%</title>", j, 100.0 * load[j] / (2.0 * 2000))));
+        }
+        CHECK(choices == 2 * 2000);  // K n: 200 examples of 10 rows, 2 choices a row
+        CHECK(contains(svg, ">decoder." + std::to_string(blocks++) + "<"));
+    }
+    CHECK(blocks == 2);
+    // Each heatmap row (a token read) sums to 1: its cells' tips, "1, e0: 0.2500", one a cell.
+    std::map<std::string, double> row_sums;  // "layer token" -> the sum of its cells
+    int layer = -1;
+    for (std::size_t at = svg.find("<title>"); at != std::string::npos; at = svg.find("<title>", at + 1)) {
+        const std::string tip = svg.substr(at + 7, svg.find("</title>", at) - at - 7);
+        if (tip.find(", e") == std::string::npos) continue;  // a bar's tip
+        if (tip.rfind("1, e0:", 0) == 0) layer++;               // the first cell of a layer's heatmap (token 1 first)
+        const std::string row = std::to_string(layer) + " " + tip.substr(0, tip.find(','));
+        row_sums[row] += std::atof(tip.c_str() + tip.find(':') + 1);
+    }
+    CHECK(layer == 1);
+    CHECK(row_sums.size() == 2 * 10u);  // each layer's rows read every digit 1 to 9 and START (no PAD: no row reads it)
+    for (const auto& [row, sum] : row_sums) CHECK(sum == doctest::Approx(1.0).epsilon(1e-3));
+}

@@ -1,6 +1,6 @@
 // workbench/text.hpp -- the errors and the text every part of the program uses.
 //
-// Sections: UsageError and fail(); text helpers (join, split_words, fmt, printable, shape_text, read_all);
+// Sections: UsageError and fail(); text helpers (join, split_words, fmt, printable, shape_text, read_all); JSON;
 // numbers as every flag, input file and checkpoint spells them.
 #pragma once
 
@@ -67,6 +67,24 @@ inline std::string read_all(const std::string& path) {  // a file read whole (""
 }
 inline std::string shape_text(const Matrix& m) { return shape_text(m.rows, m.cols); }
 
+// JSON, as little as the page's answers need (web.hpp): a string, a number, a list.
+inline std::string json_text(const std::string& s) {  // a JSON string: quotes, backslashes, control bytes escaped
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') out += '\\', out += char(c);
+        else if (c < 0x20) out += fmt("\\u%04x", c);
+        else out += char(c);
+    }
+    return out + "\"";
+}
+inline std::string json_number(double v) {  // JSON has no nan or inf: null
+    return std::isfinite(v) ? fmt("%.9g", v) : "null";
+}
+template <class T, class F> std::string json_list(const std::vector<T>& items, F item) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < items.size(); i++) out += (i ? "," : "") + item(items[i]);
+    return out + "]";
+}
 // What a number is, in every flag, input file and checkpoint: decimal digits, and for a real number
 // an optional '-', fraction and exponent ("5", "0.1", "-2.5e-3", "1e+300"). Not "+5", " 5", "0x1p-3",
 // "inf" or "nan", which strtol and strtod would also take; and not "1e-400", which would become 0.

@@ -30,25 +30,8 @@
 #include "terminal.hpp"
 
 // ---------------------------------------------------------------------------------------------
-// JSON, as little as the answers need
+// JSON, as little as the answers need (json_text, json_number and json_list: text.hpp)
 // ---------------------------------------------------------------------------------------------
-inline std::string json_text(const std::string& s) {  // a JSON string: quotes, backslashes, control bytes escaped
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') out += '\\', out += char(c);
-        else if (c < 0x20) out += fmt("\\u%04x", c);
-        else out += char(c);
-    }
-    return out + "\"";
-}
-inline std::string json_number(double v) {  // JSON has no nan or inf: null
-    return std::isfinite(v) ? fmt("%.9g", v) : "null";
-}
-template <class T, class F> std::string json_list(const std::vector<T>& items, F item) {
-    std::string out = "[";
-    for (std::size_t i = 0; i < items.size(); i++) out += (i ? "," : "") + item(items[i]);
-    return out + "]";
-}
 inline std::string json_tokens(const std::vector<int>& tokens, const ModelConfig& c) {  // ["3","1","_"]
     return json_list(token_names(tokens, c), json_text);
 }
@@ -193,10 +176,10 @@ struct Lab {
     std::string describe() const {
         const ModelConfig& c = model->config;
         return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"size\":%s,"
-                   "\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d%s}", state->updates, last,
+                   "\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d,\"experts\":%d%s}", state->updates, last,
                    options.train.batch, parameter_count(*model), json_text(size_text(c, options.data)).c_str(),
                    json_text(ARCH_NAMES[int(c.arch)]).c_str(), json_list(block_names(), json_text).c_str(),
-                   json_text(join(command_of(options), " ")).c_str(), c.bits,
+                   json_text(join(command_of(options), " ")).c_str(), c.bits, c.experts,
                    c.bits > 0 ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
     }
     // ./sorter's refusal to train a quantized model, the opened file (or the page's model) named as the page names it.
@@ -250,6 +233,7 @@ struct Lab {
             double loss = train_step(*model, *data, options.train, *state, last);
             losses.push_back(loss);
             record_gradient_norms(*model, history);
+            history.recent_balance += balance_loss_of(*model);  // the experts' (chapter 11), as ./sorter's table has it
             try {
                 record_loss(options, history, loss, state->updates);
             } catch (const UsageError&) {  // (its message ends "Nothing was saved or drawn": the page drew)
@@ -265,18 +249,22 @@ struct Lab {
                    diverged.empty() ? "" : (",\"diverged\":" + json_text(diverged)).c_str());
     }
 
-    // One row of the training table: print_evaluation's figures, and its line as ./sorter prints it.
+    // One row of the training table: print_evaluation's figures, and its line as ./sorter prints it; with experts
+    // (chapter 11) the balance loss's mean over the same steps, its column (null without experts).
     std::string evaluate_now() {
         Accuracy a = evaluate(*model, data->held_out, history.decoding);
         double held_out_loss = teacher_forced_loss(*model, data->held_out);
         double recent = history.recent_steps ? history.recent_loss / double(history.recent_steps) : NAN;
-        history.recent_loss = 0.0;
+        double balance = model->config.experts > 0 ? history.recent_balance / double(history.recent_steps) : NAN;
+        history.recent_loss = history.recent_balance = 0.0;
         history.recent_steps = 0;
         return fmt("{\"step\":%ld,\"loss\":%s,\"held_out_loss\":%s,\"exact\":%s,\"token\":%s,\"right\":%d,"
-                   "\"total\":%d,\"line\":%s}",
+                   "\"total\":%d,\"balance\":%s,\"line\":%s}",
                    state->updates, json_number(recent).c_str(), json_number(held_out_loss).c_str(),
                    json_number(a.exact).c_str(), json_number(a.token).c_str(), a.exact_count, a.total,
-                   json_text(evaluation_line(state->updates, recent, held_out_loss, a)).c_str());
+                   json_number(balance).c_str(),
+                   json_text(evaluation_line(state->updates, recent, held_out_loss, a) +
+                             balance_column(model->config, balance)).c_str());
     }
 
     std::string watched() {

@@ -33,6 +33,33 @@ TEST_CASE("web: the page's steps and checkpoint are ./sorter's") {
     CHECK(contains(printed, fmt("(%d/%d)", right, int(json_field(row, "total")))));
 }
 
+// A mixture of experts on the page (chapter 11): the form offers its four flags, the model says it has experts, and
+// each evaluation row carries the balance loss's column as ./sorter's table prints it (null without experts).
+TEST_CASE("web: an experts run's rows, balance column and all, are ./sorter's") {
+    const std::string flags = "--steps 60 --eval-every 30 --experts 4 --top-k 2 --shared-experts 1";
+    const std::string printed = run_output(split_words(flags));
+    Lab lab;
+    const std::string form = web_answer(lab, "form", "", 0);
+    for (const char* flag : {"--experts", "--top-k", "--shared-experts", "--balance"})
+        CHECK(contains(form, fmt("{\"name\":\"%s\"", flag)));
+    CHECK(json_field(web_answer(lab, "start", flags, 0), "experts") == 4);
+    for (int rows = 0; rows < 2; rows++) {
+        CHECK(json_field(web_answer(lab, "train", "", 30), "step") == 30 * (rows + 1));
+        const std::string row = web_answer(lab, "evaluate", "", 0);
+        const std::size_t at = row.find("\"line\":\"") + 8;
+        const std::string line = row.substr(at, row.rfind('"') - at);
+        INFO(line);
+        CHECK(contains(printed, line + "\n"));
+        CHECK(json_field(row, "balance") > 0.0);
+        CHECK(contains(line, fmt("  %10.4f", json_field(row, "balance"))));  // the column, as the table prints it
+    }
+    CHECK(contains(printed, "     balance\n"));  // the table's header names the column
+    Lab dense;
+    web_answer(dense, "start", "--steps 10", 0);
+    web_answer(dense, "train", "", 10);
+    CHECK(contains(web_answer(dense, "evaluate", "", 0), "\"balance\":null"));
+}
+
 // A checkpoint read back gives the same model: its checkpoint is the same text, and it trains on.
 TEST_CASE("web: a checkpoint loads and trains on") {
     Lab lab;
