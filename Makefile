@@ -214,7 +214,11 @@ regrade: exercise-check
 	 { $(MAKE) -s -C $$clean/copy check; status=$$?; rm -rf $$clean; exit $$status; }
 exercise-mistakes: fuzz/exercise_mistakes.cpp $(EXERCISE_CHECK) Makefile doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -o $@ fuzz/exercise_mistakes.cpp doctest-main.o
-mistakes: exercise-check exercise-mistakes
+# (A student's copy does not hold the mistakes: there it says so, and builds nothing.)
+MISTAKES := $(wildcard fuzz/exercise_mistakes.cpp)
+mistakes: $(if $(MISTAKES),exercise-check exercise-mistakes)
+	@test -n "$(MISTAKES)" || { echo "make mistakes: run it in the repository (a student's copy does not hold" \
+	  "fuzz/exercise_mistakes.cpp, the mistakes it plants)"; exit 2; }
 	@./exercise-mistakes --no-skip  # each mistake finds its place, then each is graded in a copy
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the

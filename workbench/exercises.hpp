@@ -299,7 +299,7 @@ inline void hand_out(const std::string& names, const std::string& dir, const std
     if (gaps < int(split_words(names).size())) give_up("make exercise: the files given hold no answer to cut out");
     if (std::rename(temporary.c_str(), to.c_str()) != 0)  // in one step (an empty directory at DIR is replaced)
         give_up("make exercise: DIR=" + dir + ": cannot rename the copy into place (" + std::strerror(errno) + ")");
-    std::printf("wrote %s: exercise %s cut out. The student runs make && ./sorter, then make check\n", dir.c_str(),
-                names.c_str());
+    std::printf("wrote %s: exercise %s cut out. The student reads EXERCISE.md there, then runs make check (neither "
+                "make nor ./sorter first)\n", dir.c_str(), names.c_str());
 }
 }  // namespace exercises
