@@ -167,7 +167,7 @@ gradcheck: gradcheck-tests
 	 test $$rest -eq 0 && test $$status -eq 0
 
 # Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp,
-# exercise_check.hpp, exercise_model.hpp, exercise_grade.hpp).
+# exercise_diagnosis.hpp, exercise_check.hpp, exercise_blocks.hpp, exercise_model.hpp, exercise_grade.hpp).
 #   make exercises                    the list
 #   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history; d/EXERCISE.md
 #                                     says what to write, what to run and what to read
@@ -182,8 +182,9 @@ gradcheck: gradcheck-tests
 # seconds, and with the C++ library's bounds checks (-D_GLIBCXX_ASSERTIONS): an index out of range stops it, named.
 # One unit (two would each compile the tutorial again), whose C++ library headers are precompiled once, by the first
 # build (workbench/exercise_std.hpp); it runs the training on a second thread, beside the gradient checks.
-EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_check.hpp workbench/exercise_model.hpp \
-                  workbench/exercise_grade.hpp workbench/text.hpp
+EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_diagnosis.hpp workbench/exercise_check.hpp \
+                  workbench/exercise_blocks.hpp workbench/exercise_model.hpp workbench/exercise_grade.hpp \
+                  workbench/text.hpp
 EXERCISE_FLAGS  = $(FIXED) $(CXXFLAGS) -Og -D_GLIBCXX_ASSERTIONS -I.
 # A precompiled header is its compiler's own (clang refuses g++'s): exercise-check.flags names the compiler and the
 # flags, rewritten only when they change, so that make CXX=clang++ after g++ makes it again.

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <thread>
 
+#include "exercise_blocks.hpp"
 #include "exercise_model.hpp"
 
 namespace exercises {

@@ -1,6 +1,6 @@
 // workbench/exercises_test.cpp -- tests of "Write it yourself"'s list and hand-out (exercises.hpp): cut() takes every
 // exercise's answer out of the tutorial and leaves a gap that compiles and says "not written yet". The check's tests
-// are beside exercise_check.hpp and exercise_grade.hpp.
+// are beside its headers (exercise_diagnosis.hpp, exercise_check.hpp, exercise_blocks.hpp, exercise_grade.hpp).
 #include "test_helpers.hpp"
 #include "exercises.hpp"
 
