@@ -198,16 +198,20 @@ exercise-check: $(HEADERS) $(EXERCISE_CHECK) Makefile workbench/exercise_std.hpp
 	  $(CXX) $(EXERCISE_FLAGS) -include workbench/exercise_std.hpp -x c++ -o $@ -
 exercises: exercise-check
 	@./exercise-check --list
-exercise: exercise-check  # the files git tracks (none in a student's copy, which has no git: the check says so)
+# A student's copy has no git (no .git): there make exercise and make regrade say so at once, and build nothing.
+GIT_HERE := $(wildcard .git)
+exercise: $(if $(GIT_HERE),exercise-check)  # the files git tracks
+	@test -n "$(GIT_HERE)" || { echo "make exercise: run it in the repository, a git clone (the copy takes the" \
+	  "files git tracks; a student's copy has no git, and hands out nothing)"; exit 2; }
 	@./exercise-check --hand-out "$(NAME)" "$(DIR)" $$(git ls-files 2>/dev/null) && \
 	  ./exercise-check --page "$(DIR)"
 check: exercise-check  # a graded fail (1) is a result, not an error: the grade is the last line
 	@./exercise-check $(NAME) || test $$? -eq 1
 blank:  # not ./exercise-check: it must work when the student's code does not compile
 	@workbench/exercise_blank.sh
-regrade: exercise-check
+regrade: $(if $(GIT_HERE),exercise-check)
 	@test -n "$(COPY)" || { echo "make regrade: name the student's copy: make regrade COPY=path"; exit 2; }
-	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || \
+	@test -n "$(GIT_HERE)" && git rev-parse --is-inside-work-tree >/dev/null 2>&1 || \
 	  { echo "make regrade: run it in the repository, which hands out the clean copy"; exit 2; }
 	@names=$$(./exercise-check --gaps "$(COPY)") && clean=$$(mktemp -d) && \
 	 ./exercise-check --hand-out "$$names" $$clean/copy $$(git ls-files) >/dev/null && \
