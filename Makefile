@@ -167,7 +167,7 @@ gradcheck: gradcheck-tests
 	 test $$rest -eq 0 && test $$status -eq 0
 
 # Write it yourself (docs/course.md): a class writes a backward, and the check grades it (workbench/exercises.hpp,
-# exercise_check.hpp, exercise_model.hpp, exercise_grade.hpp).
+# exercise_diagnosis.hpp, exercise_check.hpp, exercise_blocks.hpp, exercise_model.hpp, exercise_grade.hpp).
 #   make exercises                    the list
 #   make exercise NAME=softmax DIR=d  a student's copy in d, that answer cut out: no answer, no history; d/EXERCISE.md
 #                                     says what to write, what to run and what to read
@@ -182,8 +182,9 @@ gradcheck: gradcheck-tests
 # seconds, and with the C++ library's bounds checks (-D_GLIBCXX_ASSERTIONS): an index out of range stops it, named.
 # One unit (two would each compile the tutorial again), whose C++ library headers are precompiled once, by the first
 # build (workbench/exercise_std.hpp); it runs the training on a second thread, beside the gradient checks.
-EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_check.hpp workbench/exercise_model.hpp \
-                  workbench/exercise_grade.hpp workbench/text.hpp
+EXERCISE_CHECK := workbench/exercises.hpp workbench/exercise_diagnosis.hpp workbench/exercise_check.hpp \
+                  workbench/exercise_blocks.hpp workbench/exercise_model.hpp workbench/exercise_grade.hpp \
+                  workbench/text.hpp
 EXERCISE_FLAGS  = $(FIXED) $(CXXFLAGS) -Og -D_GLIBCXX_ASSERTIONS -I.
 # A precompiled header is its compiler's own (clang refuses g++'s): exercise-check.flags names the compiler and the
 # flags, rewritten only when they change, so that make CXX=clang++ after g++ makes it again.
@@ -197,16 +198,20 @@ exercise-check: $(HEADERS) $(EXERCISE_CHECK) Makefile workbench/exercise_std.hpp
 	  $(CXX) $(EXERCISE_FLAGS) -include workbench/exercise_std.hpp -x c++ -o $@ -
 exercises: exercise-check
 	@./exercise-check --list
-exercise: exercise-check  # the files git tracks (none in a student's copy, which has no git: the check says so)
+# A student's copy has no git (no .git): there make exercise and make regrade say so at once, and build nothing.
+GIT_HERE := $(wildcard .git)
+exercise: $(if $(GIT_HERE),exercise-check)  # the files git tracks
+	@test -n "$(GIT_HERE)" || { echo "make exercise: run it in the repository, a git clone (the copy takes the" \
+	  "files git tracks; a student's copy has no git, and hands out nothing)"; exit 2; }
 	@./exercise-check --hand-out "$(NAME)" "$(DIR)" $$(git ls-files 2>/dev/null) && \
 	  ./exercise-check --page "$(DIR)"
 check: exercise-check  # a graded fail (1) is a result, not an error: the grade is the last line
 	@./exercise-check $(NAME) || test $$? -eq 1
 blank:  # not ./exercise-check: it must work when the student's code does not compile
 	@workbench/exercise_blank.sh
-regrade: exercise-check
+regrade: $(if $(GIT_HERE),exercise-check)
 	@test -n "$(COPY)" || { echo "make regrade: name the student's copy: make regrade COPY=path"; exit 2; }
-	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || \
+	@test -n "$(GIT_HERE)" && git rev-parse --is-inside-work-tree >/dev/null 2>&1 || \
 	  { echo "make regrade: run it in the repository, which hands out the clean copy"; exit 2; }
 	@names=$$(./exercise-check --gaps "$(COPY)") && clean=$$(mktemp -d) && \
 	 ./exercise-check --hand-out "$$names" $$clean/copy $$(git ls-files) >/dev/null && \
@@ -214,7 +219,11 @@ regrade: exercise-check
 	 { $(MAKE) -s -C $$clean/copy check; status=$$?; rm -rf $$clean; exit $$status; }
 exercise-mistakes: fuzz/exercise_mistakes.cpp $(EXERCISE_CHECK) Makefile doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -O1 -I. $(DOCTEST_INCLUDE) -o $@ fuzz/exercise_mistakes.cpp doctest-main.o
-mistakes: exercise-check exercise-mistakes
+# (A student's copy does not hold the mistakes: there it says so, and builds nothing.)
+MISTAKES := $(wildcard fuzz/exercise_mistakes.cpp)
+mistakes: $(if $(MISTAKES),exercise-check exercise-mistakes)
+	@test -n "$(MISTAKES)" || { echo "make mistakes: run it in the repository (a student's copy does not hold" \
+	  "fuzz/exercise_mistakes.cpp, the mistakes it plants)"; exit 2; }
 	@./exercise-mistakes --no-skip  # each mistake finds its place, then each is graded in a copy
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the

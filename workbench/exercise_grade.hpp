@@ -10,6 +10,7 @@
 #include <csignal>
 #include <thread>
 
+#include "exercise_blocks.hpp"
 #include "exercise_model.hpp"
 
 namespace exercises {
@@ -156,9 +157,12 @@ inline std::vector<std::string> handed_out_exercises(const std::string& dir = ""
     for (const std::string& file : TUTORIAL_FILES)
         for (const Gap& gap : gaps_in(read_all(path_in(dir, file))))
             if (std::find(names.begin(), names.end(), gap.name) == names.end()) names.push_back(gap.name);
-    if (names.empty())
-        fail("make check: " + (dir.empty() ? std::string("this") : dir) + " is not a student's copy (no '// exercise "
-             "NAME: your code from here' in the tutorial): name the exercise, as in make check NAME=softmax");
+    if (names.empty() && dir.empty())
+        fail("make check: this is not a student's copy (no '// exercise NAME: your code from here' in the tutorial): "
+             "name the exercise, as in make check NAME=softmax");
+    if (names.empty())  // (make regrade's COPY; a hand-out's own page always has its gaps)
+        fail("make regrade: COPY=" + dir + " is not a student's copy (no '// exercise NAME: your code from here' in "
+             "its tutorial): name the directory make exercise wrote");
     return names;
 }
 // text with its gaps' regions replaced by `regions`, one a gap, in order.
@@ -212,9 +216,10 @@ inline std::string exercise_page(const std::string& dir) {
                     "worst, and what the pattern of the error suggests;", "  ") +
             wrapped("- the last line: the grade.", "  ") + "\n" +
             wrapped("The first `make check` builds the check, and precompiles the C++ library's headers for the next "
-                    "ones: about 11 s on a 2-core machine; after an edit it rebuilds and runs in about 8 s (longer "
-                    "while other programs run). You need neither `make` nor ./sorter for it (`make` builds ./sorter "
-                    "with -O3, about two minutes: the program then runs your code).") + "\n" +
+                    "ones: 13 s on a quiet 2-core machine, 22 s on a busy one. After an edit it rebuilds and runs, "
+                    "about 7 s of processor time: 11 to 19 s while other programs run. You need neither `make` "
+                    "nor ./sorter for it (`make` builds ./sorter with -O3, a minute and a half or more: the program "
+                    "then runs your code).") + "\n" +
             wrapped("`make blank` puts the blank gap back, as below; what the gap held goes to exercise-yours.txt "
                     "first.") + "\n" +
             "## The blank gaps, as handed out\n\n";

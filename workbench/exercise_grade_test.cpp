@@ -99,5 +99,9 @@ TEST_CASE("exercises: a copy's gaps, its first page and the regrade") {
     // A marker line gone: the regrade says so.
     std::ofstream(copy + "/model.hpp") << model.substr(0, model.find("        // exercise layernorm: to here"));
     CHECK(contains(usage_error_of([&] { ex::transplant(copy, clean); }), "are the marker lines intact?"));
-    CHECK(contains(usage_error_of([&] { ex::handed_out_exercises(dir.path.string()); }), "not a student's copy"));
+    // A COPY that is not one (a typo, the repository itself): the regrade says so, and names make regrade, not make
+    // check (before, it said "name the exercise, as in make check NAME=softmax").
+    const std::string not_a_copy = usage_error_of([&] { ex::handed_out_exercises(dir.path.string()); });
+    CHECK(contains(not_a_copy, "make regrade: COPY=" + dir.path.string() + " is not a student's copy"));
+    CHECK(!contains(not_a_copy, "make check"));
 }

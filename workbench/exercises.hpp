@@ -10,9 +10,10 @@
 // says how). The check holds none: it compares each backward with central differences of its forward, as tests.cpp
 // does, and the Adam update, which has no forward to differentiate, with numbers computed once.
 //
-// Four headers, and their tests beside them: this one, the exercises and the hand-out; exercise_check.hpp, the
-// diagnosis, the gradient check, the time of a backward and the blocks' checks; exercise_model.hpp, the whole model's
-// checks and the training run; exercise_grade.hpp, the grade, a copy's gaps (EXERCISE.md, make regrade) and main.
+// Six headers, and their tests beside them: this one, the exercises and the hand-out; exercise_diagnosis.hpp, what
+// the pattern of a wrong gradient suggests; exercise_check.hpp, the gradient check and the time of a backward;
+// exercise_blocks.hpp, the blocks' checks and their list; exercise_model.hpp, the whole model's checks and the
+// training run; exercise_grade.hpp, the grade, a copy's gaps (EXERCISE.md, make regrade) and main.
 // (fuzz/exercise_mistakes.cpp: typical mistakes planted into copies, make mistakes; workbench/exercise_blank.sh: make
 // blank; exercise_std.hpp: the C++ headers the check's build precompiles.)
 #pragma once
@@ -33,10 +34,10 @@ namespace exercises {  // its names (Tensor, jitter, ...) are tests.cpp's too, w
 
 // ---------------------------------------------------------------------------------------------
 // The exercises, from the small to the whole. Each names what the student writes, the checks to run in order (the
-// names of BLOCK_CHECKS, exercise_check.hpp: its own block first, then the time of its backward, then the blocks built
-// on it; and "model", the whole model's gradient), and the choices of the model and the training it runs under (its
-// variants): every check that reads them runs once for each, so that each configuration the student's code runs in
-// is checked (dropout on and off, learned and fixed positions, ...). The first variant's choices train.
+// names of BLOCK_CHECKS, exercise_blocks.hpp: its own block first, then the time of its backward, then the blocks
+// built on it; and "model", the whole model's gradient), and the choices of the model and the training it runs under
+// (its variants): every check that reads them runs once for each, so that each configuration the student's code runs
+// in is checked (dropout on and off, learned and fixed positions, ...). The first variant's choices train.
 // (Words as const char*, not std::string: this list is made at the start of the check, whose build a student waits
 // for.)
 struct Variant {
@@ -299,7 +300,7 @@ inline void hand_out(const std::string& names, const std::string& dir, const std
     if (gaps < int(split_words(names).size())) give_up("make exercise: the files given hold no answer to cut out");
     if (std::rename(temporary.c_str(), to.c_str()) != 0)  // in one step (an empty directory at DIR is replaced)
         give_up("make exercise: DIR=" + dir + ": cannot rename the copy into place (" + std::strerror(errno) + ")");
-    std::printf("wrote %s: exercise %s cut out. The student runs make && ./sorter, then make check\n", dir.c_str(),
-                names.c_str());
+    std::printf("wrote %s: exercise %s cut out. The student reads EXERCISE.md there, then runs make check (neither "
+                "make nor ./sorter first)\n", dir.c_str(), names.c_str());
 }
 }  // namespace exercises

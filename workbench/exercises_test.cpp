@@ -1,6 +1,6 @@
 // workbench/exercises_test.cpp -- tests of "Write it yourself"'s list and hand-out (exercises.hpp): cut() takes every
 // exercise's answer out of the tutorial and leaves a gap that compiles and says "not written yet". The check's tests
-// are beside exercise_check.hpp and exercise_grade.hpp.
+// are beside its headers (exercise_diagnosis.hpp, exercise_check.hpp, exercise_blocks.hpp, exercise_grade.hpp).
 #include "test_helpers.hpp"
 #include "exercises.hpp"
 
@@ -65,7 +65,8 @@ TEST_CASE("exercises: the hand-out is written whole or not at all, and a DIR tha
                                             "Makefile", "docs/check-course", "workbench/exercise_check_test.cpp"};
     const std::string copy = dir.file("copy");
     CHECK(printed_by([&] { ex::hand_out("softmax", copy + "/", files); }) ==
-          "wrote " + copy + "/: exercise softmax cut out. The student runs make && ./sorter, then make check\n");
+          "wrote " + copy + "/: exercise softmax cut out. The student reads EXERCISE.md there, then runs make check "
+          "(neither make nor ./sorter first)\n");
     CHECK(contains(read_all(copy + "/matrix.hpp"), "not written yet: exercise softmax"));
     CHECK(read_all(copy + "/train.hpp") == read_all("train.hpp"));
     CHECK((std::filesystem::status(copy + "/docs/check-course").permissions() & std::filesystem::perms::owner_exec) !=
