@@ -53,7 +53,7 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     const long steps = o.train.steps;
     const bool trains = steps > 0 || o.finish || o.speed || o.step_cost;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
-    tune_data(o, origin, model);  // --task, --seq-len, --min-len: fine-tuning on other data (workbench/lora.hpp)
+    const bool other_data = tune_data(o, origin, model);  // --task, --seq-len, --min-len (workbench/lora.hpp)
     if (model.config.bits > 0 && trains && !has_adapters(o))  // (--quantize with training: parse_options refuses;
                                                                // adapters train over a quantized base, chapter 12)
         fail("--load " + cannot_train_text(o.load_path, model.config.bits));  // workbench/quantize.hpp
@@ -72,6 +72,10 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
     if (o.lora_rank > 0) add_lora(o, model);  // workbench/lora.hpp: the base frozen, adapters beside it
     if (!o.adapters_path.empty()) read_adapters(o.adapters_path, o.load_path, model);
+    if (other_data || has_adapters(o)) start_fine_tuning(o, state, origin);  // a run of its own, from step 1
+    else if (o.tune_lr > 0)
+        fail(fmt("--lr %g with --load %s: the checkpoint fixes its training; --lr sets the rate of a fine-tuning run "
+                 "(--lora R, or --task, --seq-len, --min-len)", o.tune_lr, o.load_path.c_str()));
     return model;
 }
 
@@ -85,12 +89,12 @@ inline void time_model(Options o) {
 }
 
 // The line a loaded model starts with.
-inline std::string loaded_text(const Options& o, const TrainState& state) {
+inline std::string loaded_text(const Options& o, long updates) {
     const ModelConfig& c = o.model;
     return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %s, task %s, seq_len %d, min_len %d, max_digit %d; "
                "seed %s, %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, layers_text(c).c_str(),
                TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
-               seed_text(o).c_str(), state.updates);
+               seed_text(o).c_str(), updates);
 }
 
 // Training needs a held-out set: half of all sources at most are held out, and half of 1 is none.
@@ -125,7 +129,8 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         record_loss(o, history, loss, step);  // a loss that is not finite ends the run here, before this step's save
         history.recent_balance += balance_loss_of(model);  // the experts' balance loss, reported apart (chapter 11)
         const bool stopping = training_stopped(), ending = stopping || step == last;
-        const bool saving = (!o.save_path.empty() || !o.save_adapters_path.empty()) && (ending || (o.save_every > 0 && step % o.save_every == 0));
+        const bool saving = (!o.save_path.empty() || !o.save_adapters_path.empty()) &&  // (--save-adapters: lora.hpp)
+                            (ending || (o.save_every > 0 && step % o.save_every == 0));
         if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold
             std::string what = unstorable(model);
             if (!what.empty()) diverged(o, history, step, "after its update, " + what);
@@ -179,7 +184,8 @@ inline int run(Options o) {
         look_without_training(o, model, data, state, example);
         return 0;
     }
-    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, state) + first_task_text(origin) +
+    const long updates = origin.loaded_updates < 0 ? state.updates : origin.loaded_updates;  // the file's
+    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, updates) + first_task_text(origin) +
                                                    lora_text(model, o);  // fine-tuning (workbench/lora.hpp)
     const bool trains = o.load_path.empty() || o.train.steps > 0;
     if (!trains) enter_phase(Phase::after_training);  // a loaded model, scored from here on: a signal cuts it short

@@ -17,7 +17,8 @@
 #include <variant>
 #include <vector>
 
-#include "../matrix.hpp"  // Matrix, Param, Rng, matmul and its backward (this file is read where model.hpp includes it)
+#include "../engine/kernels.hpp"  // matmul_fast and its backward: matrix.hpp's matmul, faster, the same numbers
+#include "../matrix.hpp"  // Matrix, Param, Rng, scale, add (this file is read where model.hpp includes it)
 
 // ---------------------------------------------------------------------------------------------
 // Why adapters. Fine-tuning a trained model on a new task moves every weight: the optimizer keeps a gradient and
@@ -54,22 +55,22 @@ struct Adapter {
     }
     // y_base = x W (+ b, or not yet: the order of the two sums changes no value by more than rounding) -> y.
     Matrix forward(const Matrix& x, Matrix y_base) {
-        h = matmul(x, A.value);                   // h = x A          (n, R)
-        Matrix low = scale(matmul(h, B.value), s);  // s h B            (n, d_out)
-        return add(y_base, low);                  // y = x W + s h B
+        h = matmul_fast(x, A.value);                   // h = x A          (n, R)
+        Matrix low = scale(matmul_fast(h, B.value), s);  // s h B            (n, d_out)
+        return add(y_base, low);                       // y = x W + s h B
     }
     // dy (n, d_out) -> dx (n, d_in) += the gradient through the frozen W and through the adapter; dA, dB +=.
     // W is the base's float values (a quantized base's dequantized ones, chapter 09: the product forward ran in
     // integers has those values up to the activations' rounding, which the gradient leaves out, as QLoRA's does).
     void backward(const Matrix& dy, const Matrix& x, const Matrix& W, Matrix& dx) {
-        accumulate(dx, matmul_bt(dy, W));         // forward: x W, W frozen: dx += dy W^T, and no dW at all
+        accumulate(dx, matmul_bt_fast(dy, W));    // forward: x W, W frozen: dx += dy W^T, and no dW at all
         Matrix d_low(dy.rows, dy.cols), dh(h.rows, h.cols);
         scale_backward(dy, s, d_low);             // forward: low = s (h B): d(h B) += s dy
-        matmul_backward(d_low, h, B.value, dh, B.grad);  // forward: h B: dh += d(hB) B^T, dB += h^T d(hB)
-        matmul_backward(dh, x, A.value, dx, A.grad);     // forward: h = x A: dx += dh A^T, dA += x^T dh
+        matmul_backward_fast(d_low, h, B.value, dh, B.grad);  // forward: h B: dh += d(hB) B^T, dB += h^T d(hB)
+        matmul_backward_fast(dh, x, A.value, dx, A.grad);     // forward: h = x A: dx += dh A^T, dA += x^T dh
     }
     // Merged: W + s A B, one matrix, the same function (up to rounding): what --save writes.
-    Matrix merged(const Matrix& W) const { return add(W, scale(matmul(A.value, B.value), s)); }
+    Matrix merged(const Matrix& W) const { return add(W, scale(matmul_fast(A.value, B.value), s)); }
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ struct Options {
     std::string adapters_path, save_adapters_path;  // --adapters FILE onto the --load base; --save-adapters FILE
     // --task, --seq-len, --min-len with --load: fine-tune (or score) the loaded model on other data (0: its own)
     int tune_task = -1, tune_seq_len = 0, tune_min_len = 0;
+    double tune_lr = 0.0;  // --lr with --load: a fine-tuning run's rate (0: the checkpoint's)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;

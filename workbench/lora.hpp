@@ -2,8 +2,9 @@
 // the adapter, its backward and the merge); their file (--save-adapters, --adapters), and the merged --save.
 // Tests: chapters/12_lora_test.cpp (the chapter), workbench/lora_test.cpp (the flags and files).
 //
-// Sections (the checks between its flags are options.hpp's, lora_flags_problem): adding the adapters to a loaded model; the adapters' file, which names the
-// base it was trained on by a fingerprint of its weights; saving a fine-tuned run (merged, or the adapters alone).
+// Sections (the checks between its flags are options.hpp's, lora_flags_problem): adding the adapters to a loaded
+// model; the adapters' file, which names the base it was trained on by a fingerprint of its weights; fine-tuning on
+// other data; saving a fine-tuned run (merged, or the adapters alone).
 #pragma once
 
 #include <cstdint>
@@ -140,8 +141,10 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
 // Fine-tuning on other data: --load FILE with --task, --seq-len or --min-len trains (or scores) the loaded model on
 // that data, fully or with --lora. The checkpoint keeps the data it was first trained on (Origin's trained_on, lines
 // trained_task .. of version 9), so that both held-out sets stay unseen by all its training (dataset_of, below).
-inline void tune_data(Options& o, Origin& origin, Transformer& model) {
-    if (o.tune_task < 0 && o.tune_seq_len == 0 && o.tune_min_len == 0) return;
+// Returns whether the data changed from the checkpoint's.
+inline bool tune_data(Options& o, Origin& origin, Transformer& model) {
+    if (o.tune_task < 0 && o.tune_seq_len == 0 && o.tune_min_len == 0) return false;
+    const DataConfig saved = o.data;
     if (origin.train_lines > 0)
         fail("--task, --seq-len and --min-len with --load " + o.load_path + ": it trained on a --train-data file, "
              "and fine-tuning draws generated data; fine-tune a model trained on generated data");
@@ -153,6 +156,17 @@ inline void tune_data(Options& o, Origin& origin, Transformer& model) {
                  o.data.seq_len, o.load_path.c_str()));
     reach_length(model, o.data.seq_len, o.load_path, "--seq-len");  // a computed position table, made longer
     origin.fine_tuned = !same_data(origin.trained_on, o.data);
+    return !same_data(saved, o.data);
+}
+// A fine-tuning run (adapters, or other data) is a run of its own: its steps count from 1, its schedule runs over its
+// own --steps, and its optimizer starts afresh (the loaded run's running means were the base's, not the adapters').
+inline void start_fine_tuning(Options& o, TrainState& state, Origin& origin) {
+    if (o.tune_lr > 0) o.train.lr = o.tune_lr;  // --lr: this run's rate
+    const Optimizer& old = state.optimizer;
+    state.optimizer = Optimizer(old.kind, old.weight_decay, old.clip);
+    origin.loaded_updates = state.updates;
+    state.updates = 0;
+    origin.planned_steps = -1;
 }
 // The run's data: a fine-tuned model's held-out set leaves out every input its first training may have seen (of its
 // first lengths, outside its first held-out set), and its training never draws the first held-out inputs, so that
@@ -167,8 +181,8 @@ inline Dataset dataset_of(const Options& o, const Origin& origin, std::vector<st
         std::vector<int> digits = e.source;
         digits.erase(std::remove(digits.begin(), digits.end(), PAD), digits.end());
         const int n = int(digits.size());
-        const bool seen = n >= first.config.min_len && n <= first.config.seq_len && !first.held_out_sources.count(digits);
-        if (!seen) kept.push_back(e);
+        const bool of_first_lengths = n >= first.config.min_len && n <= first.config.seq_len;
+        if (!of_first_lengths || first.held_out_sources.count(digits)) kept.push_back(e);  // not seen by the first
     }
     data.held_out = kept;
     data.held_out_sources.insert(first.held_out_sources.begin(), first.held_out_sources.end());
@@ -176,9 +190,12 @@ inline Dataset dataset_of(const Options& o, const Origin& origin, std::vector<st
 }
 // The line a fine-tuned model's run starts with, after the "loaded" line (which names the data it trains on now).
 inline std::string first_task_text(const Origin& origin) {
-    if (!origin.fine_tuned) return "";
-    return fmt("fine-tuning: first trained on task %s, seq_len %d, min_len %d\n",
-               TASK_NAMES[int(origin.trained_on.task)].c_str(), origin.trained_on.seq_len, origin.trained_on.min_len);
+    if (origin.loaded_updates < 0 && !origin.fine_tuned) return "";
+    std::string text = origin.loaded_updates < 0 ? "fine-tuned" : "fine-tuning: a run of its own, from step 1";
+    if (!origin.fine_tuned) return text + "\n";
+    return text + fmt("; first trained on task %s, seq_len %d, min_len %d\n",
+                      TASK_NAMES[int(origin.trained_on.task)].c_str(), origin.trained_on.seq_len,
+                      origin.trained_on.min_len);
 }
 // After fine-tuning: the first task's held-out exact-match, what is left of it (forgetting).
 inline void print_first_task(Transformer& model, const Origin& origin, const DecodeConfig& how) {
@@ -212,7 +229,8 @@ inline void save_fine_tuned(const Options& o, Transformer& model, const TrainSta
             if (!std::isfinite(v) || std::fabs(v) > MAX_STORED)
                 fail("--save: adapter '" + name + "' holds nan, inf or a value beyond 1e100 (training diverged)");
     if (!o.save_adapters_path.empty())
-        write_atomically(o.save_adapters_path, "--save-adapters", [&](FILE* f) { write_adapters(f, model, base_fingerprint(model)); });
+        write_atomically(o.save_adapters_path, "--save-adapters",
+                         [&](FILE* f) { write_adapters(f, model, base_fingerprint(model)); });
     if (o.save_path.empty()) return;
     Transformer merged = merged_copy(model);
     TrainState fresh(o.train, 1);

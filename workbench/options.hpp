@@ -49,8 +49,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
         {"Data", "./sorter --task reverse --seq-len 6 --min-len 3", true, {
             fine_tuning(choice_flag("--task", "what the output is; with --load, the task to fine-tune it on (or score "
                         "it on)", TASK_NAMES, true, &D::task)),
-            fine_tuning(whole_flag("--seq-len", "longest input, S = T; with --load, fine-tuning's", 1, MAX_SEQ_LEN, true,
-                                   &D::seq_len)),
+            fine_tuning(whole_flag("--seq-len", "longest input, S = T; with --load, fine-tuning's", 1, MAX_SEQ_LEN,
+                                   true, &D::seq_len)),
             fine_tuning({"--min-len", "N", "shortest input (default: seq-len); below seq-len inputs vary in length, "
              "padded with PAD, which the source padding mask hides from attention; with --load, fine-tuning's", true,
              [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
@@ -64,9 +64,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                        "checkpoint stopped; Ctrl-C (or kill, or a closed terminal) stops after the current step and "
                        "writes what was asked for", 0, MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
-            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s)", MAX_LR, default_lr_text().c_str()),
+            fine_tuning({"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s); with --load, a "
+             "fine-tuning run's (--lora, --task, --seq-len, --min-len)", MAX_LR, default_lr_text().c_str()),
              true, [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
-             [](const O& o) { return fmt("--lr %g", o.train.lr); }},
+             [](const O& o) { return fmt("--lr %g", o.train.lr); }}),
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
                         &R::optimizer),
             choice_flag("--schedule", "the learning rate over the steps: constant; linear decay towards 0; warmup: up "
@@ -198,8 +199,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             {"--quantize", "BITS", "with --load: every matrix of a product (attention's, the feed-forward's, the output "
              "projection, the embedding table) as whole numbers of BITS bits, 2 to 8, one scale a group of 32 (8 bits: "
              "64) along the input, so that the model runs in integers (8: llama2.c's Q8_0; below 8: llama.cpp's Q4_0 "
-             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model trains adapters alone: "
-             "--lora)", false,
+             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model trains adapters "
+             "alone: --lora)", false,
              [](O& o, Args& a) { o.quantize_bits = int(a.whole(2, 8)); },
              [](const O& o) { return o.quantize_bits == 0 ? "" : fmt("--quantize %d", o.quantize_bits); }},
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
@@ -302,8 +303,13 @@ inline std::string lora_flags_problem(const Options& o, bool alpha_given, bool o
     }
     if (!o.save_adapters_path.empty() && o.save_adapters_path == o.load_path)
         return "--save-adapters " + o.save_adapters_path + " names the --load file: choose another name";
+    if (o.finish && (o.lora_rank > 0 || !o.adapters_path.empty() || o.tune_task >= 0 || o.tune_seq_len > 0 ||
+                     o.tune_min_len > 0))
+        return "--finish trains the rest of the run a checkpoint was saved from; fine-tuning is a run of its own: "
+               "give --steps N";
     if (o.quantize_bits > 0 && (o.lora_rank > 0 || !o.adapters_path.empty()))
-        return "--quantize with --lora: quantize the model first (--load F --quantize B --save Q), then --load Q --lora R";
+        return "--quantize with --lora: quantize the model first (--load F --quantize B --save Q), then "
+               "--load Q --lora R";
     return "";
 }
 inline bool has_adapters(const Options& o) { return o.lora_rank > 0 || !o.adapters_path.empty(); }
@@ -354,6 +360,7 @@ inline Options parse_options(int argc, char** argv) {
         if (was_given("--task")) o.tune_task = int(d.task);
         if (was_given("--seq-len")) o.tune_seq_len = d.seq_len;
         if (was_given("--min-len") || was_given("--seq-len")) o.tune_min_len = d.min_len;
+        if (was_given("--lr")) o.tune_lr = o.train.lr;
     }
     if (m.experts == 0 && o.load_path.empty())  // (with --load, the checkpoint's: every one of them is refused above)
         for (std::string flag : {"--top-k", "--shared-experts", "--balance"})
