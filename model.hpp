@@ -82,7 +82,7 @@ struct Linear {
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        if (lora.on()) lora.backward(dy, x, W.value, dx);  // W frozen: dx through W and the adapter (chapter 12)
+        if (lora.on() || W.grad.empty()) lora.backward(dy, x, W.value, dx);  // W frozen: dx alone (+ adapter, ch 12)
         else matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
         return dx;
     }

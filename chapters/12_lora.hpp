@@ -62,8 +62,10 @@ struct Adapter {
     // dy (n, d_out) -> dx (n, d_in) += the gradient through the frozen W and through the adapter; dA, dB +=.
     // W is the base's float values (a quantized base's dequantized ones, chapter 09: the product forward ran in
     // integers has those values up to the activations' rounding, which the gradient leaves out, as QLoRA's does).
+    // (Off, on a frozen W of a model with adapters elsewhere: the first line alone.)
     void backward(const Matrix& dy, const Matrix& x, const Matrix& W, Matrix& dx) {
         accumulate(dx, matmul_bt_fast(dy, W));    // forward: x W, W frozen: dx += dy W^T, and no dW at all
+        if (!on()) return;
         Matrix d_low(dy.rows, dy.cols), dh(h.rows, h.cols);
         scale_backward(dy, s, d_low);             // forward: low = s (h B): d(h B) += s dy
         matmul_backward_fast(d_low, h, B.value, dh, B.grad);  // forward: h B: dh += d(hB) B^T, dB += h^T d(hB)
@@ -118,12 +120,15 @@ void each_adaptable(Model& model, LoraOn on, const std::function<void(const std:
     }
 }
 
-// Adapters of rank R and scale alpha / R on the chosen Linears, A drawn from `rng` in the checkpoint's order. Each
-// W is frozen: its gradient buffer is freed (a frozen W needs none; Linear::backward fills none).
+// Adapters of rank R and scale alpha / R on the chosen Linears, A drawn from `rng` in the checkpoint's order. Every
+// matrix of attention and of the feed-forward is frozen, adapted or not: its gradient buffer is freed (a frozen W
+// needs none), and Linear::backward then carries dx alone through it (and through its adapter, if it has one).
 template <class Model> void add_adapters(Model& model, int R, double alpha, LoraOn on, Rng& rng) {
     using Linear_ = std::decay_t<decltype(model.out)>;
     each_adaptable<Model, Linear_>(model, on, [&](const std::string&, Linear_& linear) {
         linear.lora = Adapter(linear.W.value.rows, linear.W.value.cols, R, alpha, rng);
+    });
+    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
         linear.W.grad = Matrix();
     });
 }
@@ -155,10 +160,10 @@ template <class Model> ParamList parameters_and_adapters(Model& model) {
 template <class Model> void merge_adapters(Model& model) {
     using Linear_ = std::decay_t<decltype(model.out)>;
     each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
+        linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);  // trainable again
         if (!linear.lora.on()) return;
         linear.W.value = linear.lora.merged(linear.W.value);
         linear.W.quantized.clear();
-        linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);
         linear.lora = Adapter();
     });
 }

@@ -130,10 +130,7 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
     if (w.empty()) r.error("the file ends early (truncated): expected 'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
-        if (std::find(named.begin(), named.end(), name) == named.end()) {  // not in the file: no adapter
-            linear.lora = Adapter();
-            linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);
-        }
+        if (std::find(named.begin(), named.end(), name) == named.end()) linear.lora = Adapter();  // not in the file
     });
 }
 
