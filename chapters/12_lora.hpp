@@ -50,10 +50,10 @@ struct Adapter {
     // A drawn uniform in +-1/sqrt(d_in) (PyTorch's default for a Linear's weight, which the PEFT library's A keeps),
     // B zero; alpha / R the scale.
     Adapter(int d_in, int d_out, int R, double alpha, Rng& rng) : A(d_in, R), B(R, d_out), s(alpha / R) {
-        const double bound = 1.0 / std::sqrt(double(d_in));  // sqrt is exact (IEEE rounds it once), as 01_maths says
+        const double bound = 1.0 / std::sqrt(double(d_in));  // sqrt: correctly rounded (IEEE), as Adam's
         for (double& a : A.value.data) a = rng.uniform(-bound, bound);
     }
-    // y_base = x W (+ b, or not yet: the order of the two sums changes no value by more than rounding) -> y.
+    // y_base = x W (Linear adds its bias after) -> y = x W + s (x A) B.
     Matrix forward(const Matrix& x, Matrix y_base) {
         h = matmul_fast(x, A.value);                   // h = x A          (n, R)
         Matrix low = scale(matmul_fast(h, B.value), s);  // s h B            (n, d_out)
@@ -76,14 +76,14 @@ struct Adapter {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two, at rank 4, did
-// as well as all four at rank 2 for the same count), or every matrix of attention and of the feed-forward. Never the
+// Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two at rank 4 did about
+// as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward. Never the
 // embedding table or the output projection: they read and write tokens, which a new task of the same digits keeps.
 enum class LoraOn { qv, all };
 const std::vector<std::string> LORA_ON_NAMES = {"qv", "all"};
 
 // A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3. Experts (chapter 11) hold
-// theirs one level down and take none here (attention's adapters still apply). (has_member: the type has it.)
+// theirs one level down and take none here (attention's adapters still apply). has_W_1<Block>: Block has a W_1.
 template <class Block, class = void> struct has_W_1 : std::false_type {};
 template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
 template <class Block, class = void> struct has_W_3 : std::false_type {};
