@@ -20,6 +20,7 @@
 #include "workbench/demos.hpp"       // --demo NAME: the demonstrations, and the switch that runs one
 #include "workbench/files.hpp"       // --train-data, --sort, atomic writes, output paths
 #include "workbench/history.hpp"     // what a run prints and records as it goes
+#include "workbench/lora.hpp"        // --lora: fine-tuning with low-rank adapters (chapter 12)
 #include "workbench/options.hpp"     // the flags and --help
 #include "workbench/outputs.hpp"     // what a run shows and writes besides training
 #include "workbench/speed.hpp"       // --speed, --bench
@@ -52,7 +53,9 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     const long steps = o.train.steps;
     const bool trains = steps > 0 || o.finish || o.speed || o.step_cost;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
-    if (model.config.bits > 0 && trains)  // (--quantize with training is refused by parse_options)
+    const bool other_data = tune_data(o, origin, model);  // --task, --seq-len, --min-len (workbench/lora.hpp)
+    if (model.config.bits > 0 && trains && !has_adapters(o))  // (--quantize with training: parse_options refuses;
+                                                               // adapters train over a quantized base, chapter 12)
         fail("--load " + cannot_train_text(o.load_path, model.config.bits));  // workbench/quantize.hpp
     if (trains)
         if (std::string problem = step_memory_problem(model.config, o.data, o.train, threads.count(), o.load_path);
@@ -67,6 +70,12 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
     o.train.steps = o.finish ? steps_left(o.load_path, origin, state.updates) : steps;
     o.seed_unknown = origin.seed < 0;
     if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
+    if (o.lora_rank > 0) add_lora(o, model);  // workbench/lora.hpp: the base frozen, adapters beside it
+    if (!o.adapters_path.empty()) read_adapters(o.adapters_path, o.load_path, model);
+    if (other_data || has_adapters(o)) start_fine_tuning(o, state, origin);  // a run of its own, from step 1
+    else if (o.tune_lr > 0)
+        fail(fmt("--lr %g with --load %s: the checkpoint fixes its training; --lr sets the rate of a fine-tuning run "
+                 "(--lora R, or --task, --seq-len, --min-len)", o.tune_lr, o.load_path.c_str()));
     return model;
 }
 
@@ -80,12 +89,12 @@ inline void time_model(Options o) {
 }
 
 // The line a loaded model starts with.
-inline std::string loaded_text(const Options& o, const TrainState& state) {
+inline std::string loaded_text(const Options& o, long updates) {
     const ModelConfig& c = o.model;
     return fmt("loaded %s: d_model %d, heads %d, d_ff %d, layers %s, task %s, seq_len %d, min_len %d, max_digit %d; "
                "seed %s, %ld updates made\n", o.load_path.c_str(), c.d_model, c.n_heads, c.d_ff, layers_text(c).c_str(),
                TASK_NAMES[int(o.data.task)].c_str(), o.data.seq_len, o.data.min_len, o.data.max_digit,
-               seed_text(o).c_str(), state.updates);
+               seed_text(o).c_str(), updates);
 }
 
 // Training needs a held-out set: half of all sources at most are held out, and half of 1 is none.
@@ -120,11 +129,13 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         record_loss(o, history, loss, step);  // a loss that is not finite ends the run here, before this step's save
         history.recent_balance += balance_loss_of(model);  // the experts' balance loss, reported apart (chapter 11)
         const bool stopping = training_stopped(), ending = stopping || step == last;
-        const bool saving = !o.save_path.empty() && (ending || (o.save_every > 0 && step % o.save_every == 0));
+        const bool saving = (!o.save_path.empty() || !o.save_adapters_path.empty()) &&  // (--save-adapters: lora.hpp)
+                            (ending || (o.save_every > 0 && step % o.save_every == 0));
         if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold
             std::string what = unstorable(model);
             if (!what.empty()) diverged(o, history, step, "after its update, " + what);
-            save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
+            if (has_adapters(o)) save_fine_tuned(o, model, state, origin);  // merged, or adapters alone
+            else save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
             history.saved_at = step;
         }
         history.checkpoint_kept = saving && ending;  // below: a signal during it cannot lose the model
@@ -163,7 +174,7 @@ inline int run(Options o) {
         check_train_data(o.load_path, o.train_data_path, origin, pool, reads_held_out(o));
     if (!pool.empty())  // (a loaded model keeps its own: a file of it saved again without --train-data keeps the line)
         origin.train_lines = long(pool.size()), origin.train_fingerprint = pool_fingerprint(pool);
-    const Dataset data(o.data, pool);  // the one held-out set of the run: every score below uses it
+    const Dataset data = dataset_of(o, origin, pool);  // the one held-out set of the run: every score below uses it
     bool sort_asked = !o.sort_words.empty();
     std::vector<int> digits;
     if (sort_asked) digits = parse_sequence(o.sort_words, o.data, "--sort " + join(o.sort_words, " "));
@@ -173,7 +184,9 @@ inline int run(Options o) {
         look_without_training(o, model, data, state, example);
         return 0;
     }
-    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, state);
+    const long updates = origin.loaded_updates < 0 ? state.updates : origin.loaded_updates;  // the file's
+    std::string loaded = o.load_path.empty() ? "" : loaded_text(o, updates) + first_task_text(origin) +
+                                                   lora_text(model, o);  // fine-tuning (workbench/lora.hpp)
     const bool trains = o.load_path.empty() || o.train.steps > 0;
     if (!trains) enter_phase(Phase::after_training);  // a loaded model, scored from here on: a signal cuts it short
     std::printf("%s", loaded.c_str());
@@ -182,6 +195,7 @@ inline int run(Options o) {
     if (trains) {
         check_held_out(o, data);
         history = train_run(o, data, model, state, origin);
+        print_first_task(model, origin, o.decode);  // fine-tuned on other data: what is left of the first task
     } else if (!sort_asked || !o.report_path.empty()) {
         loaded += decoding_text(o.decode);  // (a run that trains says it in its header)
         std::printf("%s", decoding_text(o.decode).c_str());

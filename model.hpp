@@ -56,11 +56,13 @@ constexpr int PAD = 0;  // the padding token; attention never looks at a PAD sou
 // file and the tests all walk this one list.
 using ParamList = std::vector<std::pair<std::string, Param*>>;
 
+#include "chapters/12_lora.hpp"  // Adapter: a Linear's low-rank term for fine-tuning, off by default (chapter 12)
 // ---------------------------------------------------------------------------------------------
 // Linear  y = x W + b.   x (n, d_in), W (d_in, d_out), b (1, d_out), y (n, d_out).
 struct Linear {
     Param W, b;  // b is empty (0 x 0) for a layer without bias, like W_q W_k W_v W_o
     Matrix x;    // saved input (n, d_in)
+    Adapter lora;  // chapter 12: with a rank, y gains s (x A) B and W is frozen; off by default
     Linear() = default;
     Linear(int d_in, int d_out, bool bias, Rng& rng) : W(d_in, d_out) {
         xavier_init(W.value, rng);
@@ -71,15 +73,17 @@ struct Linear {
         if (!b.value.empty()) list.push_back({b_name, &b});
     }
     Matrix forward(const Matrix& in) {
-        if (W.quantized.empty()) x = in;  // saved for the backward (in 8 bits, chapter 09, a model never trains)
+        x = in;  // saved for the backward (in 8 bits, chapter 09, too: adapters train over it, chapter 12)
         Matrix y = W.quantized.empty() ? matmul_fast(in, W.value) : quantized_product_fast(in, W.quantized[0]);
+        if (lora.on()) y = lora.forward(in, std::move(y));  // + s (x A) B (chapter 12)
         return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
+        if (lora.on() || W.grad.empty()) lora.backward(dy, x, W.value, dx);  // W frozen: dx alone (+ adapter, ch 12)
+        else matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
         return dx;
     }
 };
@@ -733,7 +737,7 @@ struct Transformer {
         if (!out.b.value.empty()) list.push_back({"out.b", &out.b});
         return list;
     }
-    void zero_grad() { for (auto& [name, param] : parameters()) param->grad.zero(); }
+    void zero_grad() { for (auto& [name, param] : parameters_and_adapters(*this)) param->grad.zero(); }
 };
 
 #include "chapters/06_decoder_only.hpp"  // read_whole and its backward, which forward and backward call

@@ -60,7 +60,7 @@ struct Optimizer {
 
     // Update number t (1, 2, ...: Adam's unbiasing reads it) with the rate lr.
     void update(Transformer& model, double lr, long t) {
-        ParamList params = model.parameters();
+        ParamList params = trained_parameters(model);  // every parameter; a model with adapters, them alone (ch. 12)
         if (clip > 0) {  // clipping: norm = sqrt(sum of g^2 over every entry of every gradient)
             double sum = 0.0;
             for (auto& [name, p] : params)

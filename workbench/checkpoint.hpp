@@ -29,11 +29,12 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
-    const int version = version_for(model.config);
+    const int version = std::max(version_for(model.config), origin.fine_tuned ? FINE_TUNED_VERSION : 0);
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
     s.planned_steps = origin.planned_steps, s.draws = state.batch_draws.state;
     s.position_draws = model.position_draws.state, s.dropout_draws = model.dropout_draws.state;
+    s.trained_on = origin.fine_tuned ? origin.trained_on : d;
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
     std::fprintf(f, "sorter-checkpoint %d\n", version);
@@ -118,7 +119,7 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
         r.error(fmt("planned_steps %ld is below updates %ld: a run cannot have made more steps than it planned",
                     s.planned_steps, s.updates));
     t = s.train, origin.seed = s.seed, state.updates = s.updates, state.batch_draws.state = s.draws;
-    origin.planned_steps = s.planned_steps;
+    origin.planned_steps = s.planned_steps, origin.trained_on = s.trained_on;
     model.position_draws.state = s.position_draws, model.dropout_draws.state = s.dropout_draws;
     Optimizer& opt = state.optimizer = Optimizer(t.optimizer, t.weight_decay, t.clip);
     std::string w = r.next();
@@ -253,6 +254,12 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     }
     if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
     if (version != "1") read_training(r, model, t, state, origin, std::stoi(version));
+    if (std::stoi(version) < FINE_TUNED_VERSION) origin.trained_on = d;  // trained on its own data
+    origin.trained_on.max_digit = d.max_digit;  // (one vocabulary: fine-tuning keeps the digits)
+    origin.fine_tuned = !same_data(origin.trained_on, d);
+    if (origin.fine_tuned && origin.trained_on.min_len > origin.trained_on.seq_len)
+        r.error(fmt("trained_min_len %d is above trained_seq_len %d", origin.trained_on.min_len,
+                    origin.trained_on.seq_len));
     if (version != "1") w = r.expect("'end'");
     if (r.cut_inside(w, "end")) r.error("the file ends early (truncated): expected 'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");

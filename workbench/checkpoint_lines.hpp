@@ -11,6 +11,11 @@
 #include "settings.hpp"  // is_todays
 
 constexpr int TODAYS_VERSION = 6;  // the version that brought today's blocks (settings.hpp's is_todays)
+constexpr int FINE_TUNED_VERSION = 9;  // the version that keeps a fine-tuned model's first data (trained_task ...)
+// Two data settings the same: the task and the lengths (the digits a model reads are its vocabulary's).
+inline bool same_data(const DataConfig& a, const DataConfig& b) {
+    return a.task == b.task && a.seq_len == b.seq_len && a.min_len == b.min_len && a.max_digit == b.max_digit;
+}
 
 // The values of the settings' lines in one place, so that a row of the tables below can point at each by member
 // pointer: flags.hpp's member() reaches s.model, s.data and s.train (as it does Options'), the one below the rest.
@@ -21,6 +26,7 @@ struct Settings {
     long seed = -1, planned_steps = -1;                         // Origin's: -1 unknown, written "unknown"
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
+    DataConfig trained_on;                                      // Origin's: the data it was first trained on
     int version = 0;                                            // the file's, as it is read
 };
 template <typename S, typename T> auto& member(S& s, T Settings::*m) { return s.*m; }
@@ -166,6 +172,14 @@ inline const std::vector<SettingRow>& training_table() {
         number_setting("label_smoothing", 3, 0, MAX_FRACTION, &R::label_smoothing),
         number_setting("clip", 3, 0, MAX_CLIP, &R::clip),
         number_setting("weight_decay", 3, 0, MAX_WEIGHT_DECAY, &R::weight_decay),
+        // Version 9: a model fine-tuned on other data (--load with --task, --seq-len, --min-len; chapter 12) keeps the
+        // data it was first trained on, so that both held-out sets stay unseen. Another model is written as before.
+        {"trained_task", 9, [](const Settings& s) { return TASK_NAMES[int(s.trained_on.task)]; },
+         [](Settings& s, WordReader& r) { s.trained_on.task = Task(r.choice("trained_task", TASK_NAMES)); }},
+        {"trained_seq_len", 9, [](const Settings& s) { return std::to_string(s.trained_on.seq_len); },
+         [](Settings& s, WordReader& r) { s.trained_on.seq_len = int(r.whole("trained_seq_len", 1, MAX_SEQ_LEN)); }},
+        {"trained_min_len", 9, [](const Settings& s) { return std::to_string(s.trained_on.min_len); },
+         [](Settings& s, WordReader& r) { s.trained_on.min_len = int(r.whole("trained_min_len", 1, MAX_SEQ_LEN)); }},
     };
     return table;
 }

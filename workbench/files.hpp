@@ -161,6 +161,9 @@ struct Origin {
     uint64_t train_fingerprint = 0;
     long planned_steps = -1;        // the step its run was to end at: --finish trains on to it (-1: unknown,
                                     // a checkpoint from before version 5)
+    DataConfig trained_on;          // the data it was first trained on: its own data, unless it was fine-tuned
+    bool fine_tuned = false;        // on other data (--load with --task, --seq-len or --min-len; chapter 12)
+    long loaded_updates = -1;       // a fine-tuning run's: the updates its --load file had made (-1: not one)
 };
 // The fingerprint of a --train-data file: its sequences in order (not its comments or spacing), hashed.
 inline uint64_t pool_fingerprint(const std::vector<std::vector<int>>& pool) {

@@ -30,6 +30,8 @@ constexpr long MAX_BEAM = 64, MAX_THREADS = 256;
 constexpr long MAX_EXPERTS = 64, MAX_SHARED_EXPERTS = 8;  // --experts, --shared-experts (chapter 11)
 constexpr double MAX_BALANCE = 10.0;                       // --balance
 constexpr double MAX_LENGTH_PENALTY = 5.0;
+constexpr long MAX_LORA_RANK = 256;          // --lora (chapter 12): and at most the smaller side of a matrix
+constexpr double MAX_LORA_ALPHA = 1000.0;    // --lora-alpha
 
 // Everything a run is asked to do. The defaults here are the defaults of the program.
 struct Options {
@@ -52,6 +54,13 @@ struct Options {
     std::vector<std::string> sort_words;  // the words after --sort, checked once the data is known
     std::optional<Demo> demo;             // --demo: one of DEMO_NAMES (none: no demonstration)
     int quantize_bits = 0;  // --quantize: the loaded model's matrices to this many bits (0: none)
+    int lora_rank = 0;        // --lora R: fine-tune the --load model with adapters of rank R (chapter 12; 0: none)
+    double lora_alpha = 0.0;  // --lora-alpha: their scale's alpha, s = alpha / R (0: R, so s = 1)
+    LoraOn lora_on = LoraOn::qv;  // --lora-on: which matrices take them
+    std::string adapters_path, save_adapters_path;  // --adapters FILE onto the --load base; --save-adapters FILE
+    // --task, --seq-len, --min-len with --load: fine-tune (or score) the loaded model on other data (0: its own)
+    int tune_task = -1, tune_seq_len = 0, tune_min_len = 0;
+    double tune_lr = 0.0;  // --lr with --load: a fine-tuning run's rate (0: the checkpoint's)
     int thread_count = 0;  // --threads: the threads of the products, attention and decoding (0: the cores available)
 };
 const Options DEFAULTS;
@@ -96,10 +105,12 @@ struct Flag {
     std::function<std::string(const Options&)> as_given;  // "--d-model 32", or "" for a switch left off
     bool checked_by_checkpoint = false;  // the checkpoint checks that it names the model's own (--train-data)
     bool scores = false;                 // the flag scores the model on the held-out set, which --train-data changes
+    bool fine_tunes = false;             // with --load: the data the loaded model trains (or is scored) on now
 };
 // The two marks a row may carry besides its builder's, said where the row is.
 inline Flag checked_by_checkpoint(Flag f) { return f.checked_by_checkpoint = true, f; }
 inline Flag scoring(Flag f) { return f.scores = true, f; }
+inline Flag fine_tuning(Flag f) { return f.fine_tunes = true, f; }  // --task, --seq-len, --min-len (chapter 12)
 struct FlagGroup {
     std::string title, example;
     bool variant;  // its settings are listed on the "variant:" line of a run when not the defaults

@@ -419,11 +419,12 @@ inline std::vector<std::vector<int>> distinct_inputs(const DataConfig& d, int n,
 }
 // The length lab on a loaded model (--load FILE --test-len N): the sinusoidal table is computed, so it is made N
 // rows long (rotary positions and ALiBi compute theirs in attention); a learned table, or random positions' rows,
-// cannot reach past the rows the model trained with.
-inline void reach_length(Transformer& model, int length, const std::string& load_path) {
+// cannot reach past the rows the model trained with. (Fine-tuning at a longer --seq-len reaches it too: `flag`.)
+inline void reach_length(Transformer& model, int length, const std::string& load_path,
+                         const std::string& flag = "--test-len") {
     ModelConfig& c = model.config;
     if (positions_read(c, length) <= c.max_len) return;
-    const std::string refused = fmt("--test-len %d with --load %s: ", length, load_path.c_str());
+    const std::string refused = fmt("%s %d with --load %s: ", flag.c_str(), length, load_path.c_str());
     switch (c.positions) {
     case Positions::sinusoidal:
     case Positions::none:
@@ -433,10 +434,10 @@ inline void reach_length(Transformer& model, int length, const std::string& load
         return;
     case Positions::learned:
         fail(refused + fmt("this model's learned position table has %d rows, one for each position it trained at; "
-                           "train a new model with --test-len %d", c.max_len, length));
+                           "train a new model with %s %d", c.max_len, flag.c_str(), length));
     case Positions::random:
         fail(refused + fmt("random positions read rows drawn from this model's %d, all it trained with; train a new "
-                           "model with --test-len %d", c.max_len, length));
+                           "model with %s %d", c.max_len, flag.c_str(), length));
     }
 }
 inline void length_report(Transformer& model, const Dataset& data, int test_len, const DecodeConfig& how) {

@@ -47,12 +47,14 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                         "stack of --dec-layers blocks (no cross-attention, no encoder) reads the source, START and the "
                         "answer as one sequence, and the loss counts the answer", ARCH_NAMES, true, &M::arch)}},
         {"Data", "./sorter --task reverse --seq-len 6 --min-len 3", true, {
-            choice_flag("--task", "what the output is", TASK_NAMES, true, &D::task),
-            whole_flag("--seq-len", "longest input, S = T", 1, MAX_SEQ_LEN, true, &D::seq_len),
-            {"--min-len", "N", "shortest input (default: seq-len); below seq-len inputs vary in length, padded "
-             "with PAD, which the source padding mask hides from attention", true,
+            fine_tuning(choice_flag("--task", "what the output is; with --load, the task to fine-tune it on (or score "
+                        "it on)", TASK_NAMES, true, &D::task)),
+            fine_tuning(whole_flag("--seq-len", "longest input, S = T; with --load, fine-tuning's", 1, MAX_SEQ_LEN,
+                                   true, &D::seq_len)),
+            fine_tuning({"--min-len", "N", "shortest input (default: seq-len); below seq-len inputs vary in length, "
+             "padded with PAD, which the source padding mask hides from attention; with --load, fine-tuning's", true,
              [](O& o, Args& a) { o.data.min_len = int(a.whole(1, MAX_SEQ_LEN)); },
-             [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }},
+             [](const O& o) { return o.data.min_len == o.data.seq_len ? "" : fmt("--min-len %d", o.data.min_len); }}),
             whole_flag("--max-digit", "digits are 1..N, so vocab = N + 2", 1, MAX_DIGIT, true, &D::max_digit),
             checked_by_checkpoint(path_flag("--train-data", "FILE", "train on the sequences in FILE (one a line, "
                 "digits separated by spaces; blank lines and lines starting with # are skipped); with --load, the "
@@ -62,9 +64,10 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                        "checkpoint stopped; Ctrl-C (or kill, or a closed terminal) stops after the current step and "
                        "writes what was asked for", 0, MAX_STEPS, false, &R::steps),
             whole_flag("--batch", "examples per step", 1, MAX_BATCH, true, &R::batch),
-            {"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s)", MAX_LR, default_lr_text().c_str()),
+            fine_tuning({"--lr", "X", fmt("learning rate, above 0 and at most %g (default %s); with --load, a "
+             "fine-tuning run's (--lora, --task, --seq-len, --min-len)", MAX_LR, default_lr_text().c_str()),
              true, [](O& o, Args& a) { o.train.lr = a.above_zero(MAX_LR); },
-             [](const O& o) { return fmt("--lr %g", o.train.lr); }},
+             [](const O& o) { return fmt("--lr %g", o.train.lr); }}),
             choice_flag("--optimizer", "how a step moves the weights, as train.hpp writes out", OPTIMIZER_NAMES, true,
                         &R::optimizer),
             choice_flag("--schedule", "the learning rate over the steps: constant; linear decay towards 0; warmup: up "
@@ -187,7 +190,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                        "all), so that a run killed at any moment keeps all but the last N steps; 0: only as training "
                        "ends", 0, MAX_STEPS, false, &O::save_every),
             path_flag("--load", "FILE", "read a model saved with --save instead of training one; with --steps N, "
-                      "train it N steps more; model, data and other training flags cannot be combined with it", false,
+                      "train it N steps more; model, data and other training flags cannot be combined with it, but "
+                      "--task, --seq-len and --min-len fine-tune it on other data (its checkpoint keeps both)", false,
                       &O::load_path),
             switch_flag("--finish", "with --load and --save: train the steps its run had left when it was cut short, "
                         "on the schedule it planned, to the same bits as a run never stopped (Ctrl-C and kill keep a "
@@ -196,7 +200,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             {"--quantize", "BITS", "with --load: every matrix of a product (attention's, the feed-forward's, the output "
              "projection, the embedding table) as whole numbers of BITS bits, 2 to 8, one scale a group of 32 (8 bits: "
              "64) along the input, so that the model runs in integers (8: llama2.c's Q8_0; below 8: llama.cpp's Q4_0 "
-             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model cannot train)", false,
+             "rule); prints each matrix's largest error; --save FILE keeps it (a quantized model trains adapters "
+             "alone: --lora)", false,
              [](O& o, Args& a) { o.quantize_bits = int(a.whole(2, 8)); },
              [](const O& o) { return o.quantize_bits == 0 ? "" : fmt("--quantize %d", o.quantize_bits); }},
             {"--sort", "D D ...", "print the model's output for these digits (with --load, or after training)", false,
@@ -206,6 +211,22 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                  if (o.sort_words.empty()) fail("--sort needs digits, e.g. --sort 5 3 9 1 1");
              },
              [](const O& o) { return join(o.sort_words, " "); }}}},
+        {"Fine-tuning with low-rank adapters (chapter 12)", "./sorter --load model.txt --lora 4 --steps 1000 "
+         "--save tuned.txt --save-adapters adapters.txt", false, {
+            whole_flag("--lora", "with --load: freeze the model and train adapters of rank R beside the chosen "
+                       "matrices, each W read as W + (alpha / R) A B, A (d_in, R) small and random, B (R, d_out) "
+                       "zero, so the first step is the loaded model's (Hu et al. 2021); on a quantized model too "
+                       "(QLoRA's idea); --save FILE writes the model merged; 0: none", 0, MAX_LORA_RANK, false,
+                       &O::lora_rank),
+            number_flag("--lora-alpha", "the adapters' scale is alpha / R; 0: R (a scale of 1)", 0, MAX_LORA_ALPHA,
+                        false, &O::lora_alpha),
+            choice_flag("--lora-on", "which matrices take adapters: qv, every attention's W_q and W_v; all, every "
+                        "matrix of attention and of the feed-forward", LORA_ON_NAMES, false, &O::lora_on),
+            path_flag("--save-adapters", "FILE", "as training ends, write the adapters alone to FILE, which names "
+                      "its base by a fingerprint of its weights", false, &O::save_adapters_path),
+            path_flag("--adapters", "FILE", "with --load: put the adapters of FILE (from --save-adapters) on the "
+                      "model they were trained on, and run it so (another model is refused)", false,
+                      &O::adapters_path)}},
         {"Speed", "", false, {
             switch_flag("--bench", "print the speed table instead of training (make bench runs it)", false, true,
                         &O::bench),
@@ -266,6 +287,34 @@ inline std::string as_flag(const Options& o, const std::string& setting) {
     return setting;  // a setting no flag sets: its own name
 }
 
+// --lora and its flags (chapter 12, workbench/lora.hpp): "" when the adapters' flags make sense together.
+inline std::string lora_flags_problem(const Options& o, bool alpha_given, bool on_given) {
+    if (o.lora_rank > 0 && o.load_path.empty())
+        return fmt("--lora %d fine-tunes a trained model: add --load FILE (a checkpoint saved with --save)",
+                   o.lora_rank);
+    if (!o.adapters_path.empty() && o.load_path.empty())
+        return "--adapters " + o.adapters_path + " holds adapters for a trained model: add --load FILE, the model "
+               "they were trained on";
+    if (!o.adapters_path.empty() && o.lora_rank > 0)
+        return "--adapters " + o.adapters_path + " brings its own rank: give --lora R or --adapters FILE, not both";
+    if (o.lora_rank == 0 && o.adapters_path.empty()) {
+        if (alpha_given) return "--lora-alpha sets the adapters' scale: add --lora R";
+        if (on_given) return "--lora-on chooses where the adapters go: add --lora R";
+        if (!o.save_adapters_path.empty()) return "--save-adapters writes the adapters: add --lora R";
+    }
+    if (!o.save_adapters_path.empty() && o.save_adapters_path == o.load_path)
+        return "--save-adapters " + o.save_adapters_path + " names the --load file: choose another name";
+    if (o.finish && (o.lora_rank > 0 || !o.adapters_path.empty() || o.tune_task >= 0 || o.tune_seq_len > 0 ||
+                     o.tune_min_len > 0))
+        return "--finish trains the rest of the run a checkpoint was saved from; fine-tuning is a run of its own: "
+               "give --steps N";
+    if (o.quantize_bits > 0 && (o.lora_rank > 0 || !o.adapters_path.empty()))
+        return "--quantize with --lora: quantize the model first (--load F --quantize B --save Q), then "
+               "--load Q --lora R";
+    return "";
+}
+inline bool has_adapters(const Options& o) { return o.lora_rank > 0 || !o.adapters_path.empty(); }
+
 // The options of a command line; every value is checked here, the --sort digits once the data is known.
 inline Options parse_options(int argc, char** argv) {
     Options o;
@@ -304,9 +353,16 @@ inline Options parse_options(int argc, char** argv) {
              "combined with --pos random");
     if (!o.load_path.empty())
         for (const Flag* f : given)
-            if (f->fixed_by_checkpoint && !f->checked_by_checkpoint)
+            if (f->fixed_by_checkpoint && !f->checked_by_checkpoint && !f->fine_tunes)
                 fail(f->name + " cannot be combined with --load " + o.load_path +
-                     ": the checkpoint fixes the model, its data and its training");
+                     ": the checkpoint fixes the model, its data and its training (--task, --seq-len and --min-len "
+                     "excepted: fine-tuning)");
+    if (!o.load_path.empty()) {  // the data asked for, applied once the checkpoint's is read (main.cpp)
+        if (was_given("--task")) o.tune_task = int(d.task);
+        if (was_given("--seq-len")) o.tune_seq_len = d.seq_len;
+        if (was_given("--min-len") || was_given("--seq-len")) o.tune_min_len = d.min_len;
+        if (was_given("--lr")) o.tune_lr = o.train.lr;
+    }
     if (m.experts == 0 && o.load_path.empty())  // (with --load, the checkpoint's: every one of them is refused above)
         for (std::string flag : {"--top-k", "--shared-experts", "--balance"})
             if (was_given(flag)) fail(flag + " sets the mixture of experts: add --experts E (E from 1 to 64)");
@@ -322,6 +378,9 @@ inline Options parse_options(int argc, char** argv) {
     if (o.quantize_bits > 0 && (was_given("--steps") || o.finish))
         fail(fmt("--quantize %d: a quantized model cannot train; train the float model first, then quantize it",
                  o.quantize_bits));
+    if (std::string problem = lora_flags_problem(o, was_given("--lora-alpha"), was_given("--lora-on"));
+        !problem.empty())
+        fail(problem);
     if (o.finish && o.load_path.empty())
         fail("--finish trains on the run a checkpoint was saved from; add --load FILE");
     if (o.finish && was_given("--steps"))

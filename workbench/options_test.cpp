@@ -207,7 +207,8 @@ TEST_CASE("flags: one table drives --help, parsing and the --load check") {
             if (f.value == "N") args.push_back("2");
             else if (f.value == "X") args.push_back("0.5");
             else if (!f.value.empty()) args.push_back(f.value.substr(0, f.value.find('|')));  // a choice, a file
-            if (f.checked_by_checkpoint)  // allowed: the checkpoint checks it is the model's own file (--train-data)
+            if (f.checked_by_checkpoint || f.fine_tunes)  // allowed: the checkpoint checks it is the model's own file
+                                                          // (--train-data); the data of fine-tuning (chapter 12)
                 CHECK(parse_error(args) == "");
             else
                 CHECK(contains(parse_error(args), f.name + " cannot be combined with --load m.txt"));

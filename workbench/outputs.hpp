@@ -9,6 +9,7 @@
 #include "files.hpp"
 #include "history.hpp"
 #include "inspect.hpp"
+#include "lora.hpp"  // a fine-tuned model saved merged, or its adapters alone
 #include "options.hpp"
 #include "report.hpp"
 #include "signals.hpp"
@@ -76,10 +77,13 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
 // The files asked for: the checkpoint first, so that a picture that fails to write cannot lose the model.
 inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
                           const Origin& origin, const Example& example, bool sort_asked, History& history) {
-    if (!o.save_path.empty()) {  // (written already when training ended: train_run)
-        if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
-        std::printf("saved %s%s\n", o.save_path.c_str(),
-                    history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
+    if (!o.save_path.empty() || !o.save_adapters_path.empty()) {  // (written already when training ended: train_run)
+        if (!history.checkpoint_kept && has_adapters(o)) save_fine_tuned(o, model, state, origin);  // lora.hpp
+        else if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
+        for (const std::string& path : {o.save_path, o.save_adapters_path})
+            if (!path.empty())
+                std::printf("saved %s%s%s\n", path.c_str(), path == o.save_path && has_adapters(o) ? " (merged)" : "",
+                            history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
     }
     if (!o.svg_dir.empty())
         write_pictures(o.svg_dir, model, example.source, history.losses.empty() ? nullptr : &history, o.decode,

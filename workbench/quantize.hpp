@@ -1,6 +1,7 @@
 // workbench/quantize.hpp -- --quantize BITS: a trained model's matrices of a product as whole numbers (matrix.hpp's
 // last section writes out the rules and the integer product), the error that costs, and how a checkpoint keeps them.
-// Inference only: a quantized model evaluates, decodes and is inspected, never trained. Tests: quantize_test.cpp.
+// Inference only: a quantized model evaluates, decodes and is inspected, never trained (its float adapters may be:
+// --lora, chapter 12). Tests: quantize_test.cpp.
 #pragma once
 
 #include <cfloat>
@@ -31,7 +32,8 @@ inline bool valid_bits(long bits) { return bits >= 2 && bits <= 8; }
 // Why a quantized model does not train (./sorter --load FILE --steps N, and the page's Train), `file` naming it.
 inline std::string cannot_train_text(const std::string& file, int bits) {
     return fmt("%s holds a model quantized to %d bits, which cannot train: train the float model it was quantized "
-               "from (the --load file given to --quantize), then quantize it again", file.c_str(), bits);
+               "from (the --load file given to --quantize), then quantize it again; or train adapters over it "
+               "(--lora R, chapter 12)", file.c_str(), bits);
 }
 
 // A scale is a float32, as runq.c keeps it: a double below FLOAT_LIMIT in size rounds to a finite float (at most

@@ -370,3 +370,33 @@ TEST_CASE("run(): the longest decoder-only model with random positions saves and
     for (int k = 0; k < 32; k++) args.push_back(std::to_string(1 + k % 9));  // 32 digits, the longest input
     CHECK(run_error(args) == "");
 }
+
+// Fine-tuning with adapters (chapter 12, workbench/lora.hpp), whole runs: on an Adam checkpoint, whose running means
+// are the base's, the adapters train from step 1 with their own; the merged file and the adapters on their base
+// score the same; the same bits on 1 and 2 threads; --lr only for a fine-tuning run; --finish refused.
+TEST_CASE("lora: a fine-tuning run on an Adam checkpoint, merged and unmerged, on 1 and 2 threads") {
+    TempDir dir("lora-run");
+    const std::string base = dir.file("m.txt"), adapters = dir.file("a.txt");
+    REQUIRE(run_error({"--optimizer", "adam", "--steps", "30", "--save", base}) == "");
+    std::vector<std::string> files;
+    for (const char* threads : {"1", "2"}) {
+        const std::string tuned = dir.file(std::string("t") + threads + ".txt");
+        const std::string out = run_output({"--load", base, "--lora", "2", "--lora-on", "all", "--task", "reverse",
+                                            "--lr", "0.01", "--steps", "20", "--threads", threads, "--save", tuned,
+                                            "--save-adapters", adapters});
+        CHECK(contains(out, "30 updates made\nfine-tuning: a run of its own, from step 1; first trained on task sort"));
+        CHECK(contains(out, "first trained on: task sort, seq_len 5, min_len 5: held-out exact-match now"));
+        CHECK(contains(out, "saved " + tuned + " (merged)\nsaved " + adapters + "\n"));
+        files.push_back(read_all(tuned));
+    }
+    CHECK(files[0] == files[1]);
+    CHECK(files[0].rfind("sorter-checkpoint 9\n", 0) == 0);
+    auto last_line = [](const std::string& text) { return text.substr(text.rfind("held-out:")); };
+    const std::string merged = run_output({"--load", dir.file("t1.txt")});
+    const std::string unmerged = run_output({"--load", base, "--adapters", adapters, "--task", "reverse"});
+    CHECK(last_line(merged) == last_line(unmerged));
+    CHECK(contains(run_error({"--load", base, "--lr", "0.1", "--steps", "1"}), "--lr 0.1 with --load " + base +
+                                                                                ": the checkpoint fixes its training"));
+    CHECK(contains(run_error({"--load", base, "--lora", "2", "--finish", "--save", base}),
+                   "fine-tuning is a run of its own: give --steps N"));
+}

@@ -1,0 +1,169 @@
+// chapters/12_lora.hpp -- fine-tuning with low-rank adapters (LoRA): a trained model's weights frozen, two small
+// matrices beside each chosen one trained in their place; each forward beside its backward.
+//
+// What it adds: --lora R on a --load'ed model (workbench/lora.hpp runs it), after Hu et al. 2021, "LoRA: low-rank
+// adaptation of large language models"; on a quantized base (chapter 09) too, as Dettmers et al. 2023 (QLoRA) train
+// float adapters over a 4-bit model. What it changes in the first part: a Linear holds an Adapter, off (R = 0) by
+// default, and then nothing changes, not one bit: Linear::forward adds the adapter's term when it is on and its
+// backward then fills no gradient of W; Transformer::zero_grad zeroes the adapters' gradients too, and the optimizer
+// (chapter 03) moves the adapters alone when a model has any.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../engine/kernels.hpp"  // matmul_fast and its backward: matrix.hpp's matmul, faster, the same numbers
+#include "../matrix.hpp"  // Matrix, Param, Rng, scale, add (this file is read where model.hpp includes it)
+
+// ---------------------------------------------------------------------------------------------
+// Why adapters. Fine-tuning a trained model on a new task moves every weight: the optimizer keeps a gradient and
+// (Adam) two running means for each, three more copies of the model. Hu et al. found that the change a fine-tuning
+// makes to a weight matrix has a low rank: W + dW with dW ~ A B, A (d_in, R), B (R, d_out), R small. So keep W
+// frozen and learn A and B alone: R (d_in + d_out) numbers in place of d_in d_out, and W needs no gradient and no
+// optimizer state. After training, A B can be added into W once (merged), and the model runs as fast as before.
+//
+// The names, as every comment below uses them: n rows (the tokens of n_seq sequences stacked, n_seq T or n_seq S),
+// a Linear's W (d_in, d_out) (attention's W_q: d_in = d_out = d_model; the feed-forward's W_1: d_model -> d_ff),
+// R the adapter's rank, alpha its scale, s = alpha / R.
+//
+//   y = x W + s (x A) B            x (n, d_in), A (d_in, R), B (R, d_out), y (n, d_out)
+//
+// A starts small and random, B at zero, so A B = 0: the first forward is the loaded model's, exactly, and the first
+// gradient reaches B (below: dB = s h^T dy, with h = x A not zero) while A's is zero (dA needs B). s = alpha / R:
+// Hu et al. keep alpha fixed as they try ranks, so that a larger R does not mean larger updates at the same rate;
+// here alpha defaults to R (s = 1), and --lora-alpha sets it.
+
+// ---------------------------------------------------------------------------------------------
+// The adapter of one Linear.   x (n, d_in), h (n, R), A (d_in, R), B (R, d_out).
+struct Adapter {
+    Param A, B;      // empty (0 x 0) when off: the Linear is the first part's
+    double s = 0.0;  // alpha / R
+    Matrix h;        // saved (n, R): x A
+    bool on() const { return !A.value.empty(); }
+    int rank() const { return A.value.cols; }
+    Adapter() = default;
+    // A drawn uniform in +-1/sqrt(d_in) (PyTorch's default for a Linear's weight, which the PEFT library's A keeps),
+    // B zero; alpha / R the scale.
+    Adapter(int d_in, int d_out, int R, double alpha, Rng& rng) : A(d_in, R), B(R, d_out), s(alpha / R) {
+        const double bound = 1.0 / std::sqrt(double(d_in));  // sqrt: correctly rounded (IEEE), as Adam's
+        for (double& a : A.value.data) a = rng.uniform(-bound, bound);
+    }
+    // y_base = x W (Linear adds its bias after) -> y = x W + s (x A) B.
+    Matrix forward(const Matrix& x, Matrix y_base) {
+        h = matmul_fast(x, A.value);                   // h = x A          (n, R)
+        Matrix low = scale(matmul_fast(h, B.value), s);  // s h B            (n, d_out)
+        return add(y_base, low);                       // y = x W + s h B
+    }
+    // dy (n, d_out) -> dx (n, d_in) += the gradient through the frozen W and through the adapter; dA, dB +=.
+    // W is the base's float values (a quantized base's dequantized ones, chapter 09: the product forward ran in
+    // integers has those values up to the activations' rounding, which the gradient leaves out, as QLoRA's does).
+    // (Off, on a frozen W of a model with adapters elsewhere: the first line alone.)
+    void backward(const Matrix& dy, const Matrix& x, const Matrix& W, Matrix& dx) {
+        accumulate(dx, matmul_bt_fast(dy, W));    // forward: x W, W frozen: dx += dy W^T, and no dW at all
+        if (!on()) return;
+        Matrix d_low(dy.rows, dy.cols), dh(h.rows, h.cols);
+        scale_backward(dy, s, d_low);             // forward: low = s (h B): d(h B) += s dy
+        matmul_backward_fast(d_low, h, B.value, dh, B.grad);  // forward: h B: dh += d(hB) B^T, dB += h^T d(hB)
+        matmul_backward_fast(dh, x, A.value, dx, A.grad);     // forward: h = x A: dx += dh A^T, dA += x^T dh
+    }
+    // Merged: W + s A B, one matrix, the same function (up to rounding): what --save writes.
+    Matrix merged(const Matrix& W) const { return add(W, scale(matmul_fast(A.value, B.value), s)); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two at rank 4 did about
+// as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward. Never the
+// embedding table or the output projection: they read and write tokens, which a new task of the same digits keeps.
+enum class LoraOn { qv, all };
+const std::vector<std::string> LORA_ON_NAMES = {"qv", "all"};
+
+// A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3. Experts (chapter 11) hold
+// theirs one level down and take none here (attention's adapters still apply). has_W_1<Block>: Block has a W_1.
+template <class Block, class = void> struct has_W_1 : std::false_type {};
+template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
+template <class Block, class = void> struct has_W_3 : std::false_type {};
+template <class Block> struct has_W_3<Block, std::void_t<decltype(&Block::W_3)>> : std::true_type {};
+
+// Every Linear a model's adapters may sit on, with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"),
+// in the checkpoint's order. A template: the Transformer comes after this chapter (model.hpp reads it before Linear).
+template <class Model, class Linear_>
+void each_adaptable(Model& model, LoraOn on, const std::function<void(const std::string&, Linear_&)>& visit) {
+    auto attention = [&](auto& attn, const std::string& name) {
+        visit(name + ".W_q", attn.W_q);
+        if (on == LoraOn::all) visit(name + ".W_k", attn.W_k);
+        visit(name + ".W_v", attn.W_v);
+        if (on == LoraOn::all) visit(name + ".W_o", attn.W_o);
+    };
+    auto feed_forward = [&](auto& ffn, const std::string& name) {
+        if (on != LoraOn::all) return;
+        std::visit([&](auto& block) {
+            using Block = std::decay_t<decltype(block)>;
+            if constexpr (has_W_1<Block>::value) visit(name + ".W_1", block.W_1), visit(name + ".W_2", block.W_2);
+            if constexpr (has_W_3<Block>::value) visit(name + ".W_3", block.W_3);
+        }, ffn.block);
+    };
+    for (std::size_t i = 0; i < model.encoder.size(); i++) {
+        const std::string name = "encoder." + std::to_string(i);
+        attention(model.encoder[i].self_attn, name + ".self_attn");
+        feed_forward(model.encoder[i].ffn, name + ".ffn");
+    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++) {
+        const std::string name = "decoder." + std::to_string(i);
+        attention(model.decoder[i].self_attn, name + ".self_attn");
+        if (model.decoder[i].cross) attention(model.decoder[i].cross_attn, name + ".cross_attn");
+        feed_forward(model.decoder[i].ffn, name + ".ffn");
+    }
+}
+
+// Adapters of rank R and scale alpha / R on the chosen Linears, A drawn from `rng` in the checkpoint's order. Every
+// matrix of attention and of the feed-forward is frozen, adapted or not: its gradient buffer is freed (a frozen W
+// needs none), and Linear::backward then carries dx alone through it (and through its adapter, if it has one).
+template <class Model> void add_adapters(Model& model, int R, double alpha, LoraOn on, Rng& rng) {
+    using Linear_ = std::decay_t<decltype(model.out)>;
+    each_adaptable<Model, Linear_>(model, on, [&](const std::string&, Linear_& linear) {
+        linear.lora = Adapter(linear.W.value.rows, linear.W.value.cols, R, alpha, rng);
+    });
+    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
+        linear.W.grad = Matrix();
+    });
+}
+// The adapters a model holds, A then B of each, named after their W ("encoder.0.self_attn.W_q.lora_A"), in the
+// checkpoint's order; none when it holds none.
+template <class Model> ParamList adapters_of(Model& model) {
+    using Linear_ = std::decay_t<decltype(model.out)>;
+    ParamList list;
+    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string& name, Linear_& linear) {
+        if (!linear.lora.on()) return;
+        list.push_back({name + ".lora_A", &linear.lora.A});
+        list.push_back({name + ".lora_B", &linear.lora.B});
+    });
+    return list;
+}
+// What training moves: the adapters, when the model has any; else every parameter (the first part's rule).
+template <class Model> ParamList trained_parameters(Model& model) {
+    ParamList adapters = adapters_of(model);
+    return adapters.empty() ? model.parameters() : adapters;
+}
+// Every gradient a backward fills: the parameters' (a frozen W's is empty) and the adapters'. zero_grad zeroes these.
+template <class Model> ParamList parameters_and_adapters(Model& model) {
+    ParamList list = model.parameters(), adapters = adapters_of(model);
+    list.insert(list.end(), adapters.begin(), adapters.end());
+    return list;
+}
+// Merge every adapter into its W (W + s A B) and take it off: the model is a plain float model again, which saves,
+// loads and runs with no flag. A quantized base's W is its dequantized values: the merged model is float64.
+template <class Model> void merge_adapters(Model& model) {
+    using Linear_ = std::decay_t<decltype(model.out)>;
+    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
+        linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);  // trainable again
+        if (!linear.lora.on()) return;
+        linear.W.value = linear.lora.merged(linear.W.value);
+        linear.W.quantized.clear();
+        linear.lora = Adapter();
+    });
+}
