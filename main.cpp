@@ -117,8 +117,8 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
     const long first = state.updates + 1, last = state.updates + o.train.steps;
     History history = begin_run(o, data, model, first, last, origin.planned_steps);
     origin.planned_steps = last;  // the checkpoint keeps the plan, for --finish
-    if (first == 1 && last >= 1 && !o.dump_step_path.empty())  // step 1 as it is about to run, for the twin
-        dump_first_step(o.dump_step_path, model, data, o.train, state, origin, last);
+    if (last >= first && !o.dump_step_path.empty())  // the run's first step as it is about to run, for the twin
+        dump_first_step(o.dump_step_path, model, data, o.train, state, origin, first, last);
     double train_seconds = 0.0;
     enter_phase(Phase::training);  // a signal now stops the loop after the current step (workbench/signals.hpp)
     for (long step = first; step <= last; step++) {

@@ -4,6 +4,8 @@
 The same function as model.hpp and train.hpp, written a second time with PyTorch so that
 autograd, not our hand-written backward, computes the gradients. If both agree to about
 1e-15 on logits, loss and the weights after one training step, the C++ backward is right.
+Fine-tuning with LoRA (chapter 12) is checked over three Adam steps, with this file's own adapters,
+on float and quantized bases (the integer product of chapter 09, QuantizedProduct below).
 
 Read it beside model.hpp: every class below mirrors one C++ struct and keeps its name. The
 twin works on a whole batch at once, so most tensors carry a leading batch axis B.
@@ -104,9 +106,46 @@ class Linear:  # struct Linear: y = x W + b, W stored (d_in, d_out), so no trans
         self.W = xavier(d_in, d_out)                          # (d_in, d_out)
         self.b = constant(1, d_out, 0.0) if bias else None    # (1, d_out), or none for W_q..W_o
 
+        self.quantized = None  # chapter 09: a quantized W's (whole numbers (d_out, d_in), scales, group)
+        self.A = self.B = None  # chapter 12: an adapter, A (d_in, R), B (R, d_out), scale s; None: off
+        self.s = 0.0
+
     def __call__(self, x):  # x (..., d_in) -> (..., d_out)
-        y = x @ self.W
+        y = x @ self.W if self.quantized is None else QuantizedProduct.apply(x, self.W, *self.quantized)
+        if self.A is not None:  # Adapter::forward: y = x W + s (x A) B, W frozen
+            y = y + ((x @ self.A) @ self.B) * self.s
         return y if self.b is None else y + self.b
+
+
+def rounded(v):  # chapter 09's rounded(): to the nearest whole number, a half away from zero (torch.round: to even)
+    size = v.abs()
+    n = torch.trunc(size)
+    return torch.sign(v) * (n + (size - n >= 0.5).to(v.dtype))
+
+
+class QuantizedProduct(torch.autograd.Function if torch is not None else object):  # (no torch: --check skips)
+    """quantized_product() (chapters/09_eight_bits.hpp), written on its own: x's rows quantized Q8_0 group by group
+    (scale max|x| / 127), each group's sum of whole numbers (exact in float64: below 2^53), times the weight's scale
+    and x's, the groups summed in order. Its backward is the dequantized W's, dx = dy W^T, as QLoRA's (and sorter's):
+    the activations' rounding left out; W frozen, no gradient."""
+    @staticmethod
+    def forward(ctx, x, W, q, scales, group):  # x (..., d_in), W (d_in, d_out) dequantized, q (d_out, d_in)
+        ctx.save_for_backward(W)
+        n, d_in, G = x[..., 0].numel(), x.shape[-1], scales.shape[1]
+        xg = x.reshape(n, G, group)
+        scale_x = xg.abs().amax(dim=2) / 127                        # (n, G)
+        safe = torch.where(scale_x == 0, torch.ones_like(scale_x), scale_x)
+        qx = torch.where(scale_x[:, :, None] == 0, torch.zeros_like(xg), rounded(xg / safe[:, :, None]))
+        sums = torch.einsum("ngk,jgk->njg", qx, q.view(-1, G, group))  # whole numbers, exact
+        y = torch.zeros(n, q.shape[0], dtype=x.dtype)
+        for g in range(G):
+            y = y + sums[:, :, g] * scales[:, g] * scale_x[:, g:g + 1]  # (sum * scale_w) * scale_x, as sorter
+        return y.view(*x.shape[:-1], q.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        (W,) = ctx.saved_tensors
+        return dy @ W.T, None, None, None, None
 
 
 def sinusoidal_table(max_len, d_model):  # sinusoidal_table(): (max_len, d_model)
@@ -170,7 +209,7 @@ def attention(Q, K, V, allowed, keep=None, bias=None):  # attention(): O = softm
 # F.scaled_dot_product_attention (PyTorch 2.0 on), where it has it: the mask and ALiBi's bias go in as one added
 # float mask (MASKED added rather than put in place: exp gives 0 either way, as no row here sees nothing). Attention
 # dropout is not in it (its draws are PyTorch's): a step that drops weights replays sorter's factors in attention().
-HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+HAS_SDPA = torch is not None and hasattr(F, "scaled_dot_product_attention")
 
 
 def fused_attention(Q, K, V, allowed, bias=None):
@@ -403,7 +442,9 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         return self.out(h) if self.out.W is not None else self.tied(h)
 
     def tied(self, h):  # tied_output(): logits = h table^T (+ b)
-        logits = h @ self.embed.table.T
+        quantized = getattr(self.embed, "quantized", None)  # an 8-bit table: (whole numbers, scales, group)
+        logits = h @ self.embed.table.T if quantized is None else QuantizedProduct.apply(h, self.embed.table.T,
+                                                                                          *quantized)
         return logits if self.out.b is None else logits + self.out.b
 
     def read_whole(self, source, target_in):  # read_whole(): decoder-only, source + START + answer, one sequence
@@ -578,21 +619,36 @@ class Checkpoint:
     header: dict    # key -> value text, in file order, e.g. "d_model" -> "16"
     tensors: dict   # name -> (ROWS, COLS) float64 tensor
     training: dict = field(default_factory=dict)  # the training section's key -> value text (versions 2 on)
+    quantized: dict = field(default_factory=dict)  # an 8-bit model's (chapter 09): name -> (q, scales, group)
 
 
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in (["1"], ["2"], ["3"], ["4"], ["5"], ["6"], ["7"], ["8"]):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 8 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in ([str(v)] for v in range(1, 10)):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 9 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
         at += 2
-    tensors = {}
+    tensors, quantized, bits = {}, {}, int(header.get("bits", "0"))
     for _ in range(int(header["tensors"])):
         _, name, rows, cols = words[at:at + 4]
         rows, cols, at = int(rows), int(cols), at + 4
+        last = name.rsplit(".", 1)[-1]
+        if bits > 0 and (last.startswith("W") or last == "table"):  # chapter 09: lines of scales, then whole numbers
+            lines, width = (rows, cols) if last == "table" else (cols, rows)  # a W (d_in, d_out) kept transposed
+            group = 64 if bits == 8 else 32
+            while width % group:
+                group //= 2
+            G = width // group
+            values = torch.tensor([float(w) for w in words[at:at + lines * (G + width)]]).view(lines, G + width)
+            at += lines * (G + width)
+            scales, q = values[:, :G].float().double(), values[:, G:]  # (lines, G): float32s, (lines, width)
+            quantized[name] = (q, scales, group)
+            deq = (q.view(lines, G, group) * scales[:, :, None]).view(lines, width)  # dequantize(): q x scale
+            tensors[name] = deq if last == "table" else deq.T.contiguous()
+            continue
         values = [float(w) for w in words[at:at + rows * cols]]  # %.17g reads back to the same double
         tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
@@ -606,7 +662,23 @@ def parse_checkpoint(text):
         at = len(words) - 1  # one step from a fresh start: no running means yet to compare
     if words[at:] != ["end"]:
         raise ValueError("checkpoint: expected 'end' after the last tensor")
-    return Checkpoint(header, tensors, training)
+    return Checkpoint(header, tensors, training, quantized)
+
+
+def parse_adapters(text):
+    """An adapters file (--save-adapters, workbench/lora.hpp) -> {"scale": alpha / R, name: (ROWS, COLS) tensor}."""
+    words = text.split()
+    if words[:2] != ["sorter-adapters", "1"] or words[4] != "rank" or words[6] != "alpha" or words[8] != "tensors":
+        raise ValueError(f"not a sorter adapters file, version 1 (starts {' '.join(words[:2])!r})")
+    adapters, at = {"scale": float(words[7]) / int(words[5])}, 10
+    for _ in range(int(words[9])):
+        _, name, rows, cols = words[at:at + 4]
+        rows, cols, at = int(rows), int(cols), at + 4
+        adapters[name] = torch.tensor([float(w) for w in words[at:at + rows * cols]]).view(rows, cols)
+        at += rows * cols
+    if words[at:] != ["end"]:
+        raise ValueError("adapters: expected 'end' after the last tensor")
+    return adapters
 
 
 def config_from_header(h):
@@ -632,7 +704,28 @@ def model_from_checkpoint(ck):
     with torch.no_grad():
         for name, p in model.parameters():
             p.copy_(ck.tensors[name])
+    places = linears_of(model)
+    for name, (q, scales, group) in ck.quantized.items():  # 8 bits: the product in whole numbers (chapter 09)
+        if name == "embed.table":
+            model.embed.quantized = (q, scales, group)  # read by the tied output (the embedding reads its values)
+        else:
+            places[name].quantized = (q, scales, group)
     return model
+
+
+def linears_of(model):
+    """Every Linear by its W's checkpoint name ("encoder.0.self_attn.W_q"), as each_adaptable() names them."""
+    found = {"out.W": model.out}
+    for part, blocks in (("encoder", model.encoder), ("decoder", model.decoder)):
+        for i, block in enumerate(blocks):
+            for attn in ("self_attn", "cross_attn"):
+                if getattr(block, attn, None) is not None:
+                    found.update({f"{part}.{i}.{attn}.{w}": getattr(getattr(block, attn), w)
+                                  for w in ("W_q", "W_k", "W_v", "W_o")})
+            if isinstance(block.ffn, FeedForward):
+                found.update({f"{part}.{i}.ffn.{w}": getattr(block.ffn, w) for w in ("W_1", "W_2", "W_3")
+                              if getattr(block.ffn, w) is not None})
+    return found
 
 
 @dataclass
@@ -646,6 +739,8 @@ class StepDump:
     loss: float = 0.0                                # the batch's mean cross-entropy, before the update
     smoothed_loss: float = None                      # with label smoothing: the smoothed loss training follows
     checkpoint: Checkpoint = None                    # the model before the step
+    adapters: dict = None                            # fine-tuning (chapter 12): parse_adapters() of the step's
+    later: list = field(default_factory=list)        # fine-tuning: the next steps' (lr, sources, targets_in, targets)
 
 
 def parse_step_dump(text):
@@ -681,6 +776,15 @@ def parse_step_dump(text):
     dump.loss = float(take("loss")[0])
     if lines[at].startswith("smoothed_loss "):  # only with label smoothing on
         dump.smoothed_loss = float(take("smoothed_loss")[0])
+    if lines[at] == "adapters":  # fine-tuning: the adapters before the step, as their file, then the next batches
+        end = lines.index("end", at)
+        dump.adapters = parse_adapters("\n".join(lines[at + 1:end + 1]))
+        at = end + 1
+        for _ in range(int(take("later_steps")[0])):
+            words = take("step")  # K lr X examples B
+            batch = [[[int(w) for w in take(key)] for key in ("source", "target_in", "target")]
+                     for _ in range(int(words[4]))]
+            dump.later.append((float(words[2]), *([example[k] for example in batch] for k in range(3))))
     take("checkpoint")
     dump.checkpoint = parse_checkpoint("\n".join(lines[at:]))
     return dump
@@ -808,6 +912,57 @@ def replay_step(dump, after):
     return logit_diff, loss_diff, weight_diff
 
 
+def replay_lora(dump, after_adapters, merged=None):
+    """Redo a fine-tuning run's dumped steps (chapter 12: the first, then dump.later's) with this file's own adapters:
+    every base tensor frozen (requires_grad False), each adapted W read as W + s (x A) B, A and B trained by one
+    PyTorch optimizer kept across the steps. Returns the worst |difference| of the first step's logits and loss, and
+    of the adapters after the last step (and of the merged model, W + s A B, when `merged` is given)."""
+    model = model_from_checkpoint(dump.checkpoint)
+    training = dump.checkpoint.training
+    header = dump.checkpoint.header
+    if float(training.get("weight_decay", 0)) > 0 or any(float(header.get(k, 0)) > 0 for k in ("dropout",
+                                                                                                 "attn_dropout")):
+        raise ValueError("the twin replays fine-tuning steps without weight decay and dropout (the dump has no masks)")
+    for _, p in model.parameters():
+        p.requires_grad_(False)  # the base is frozen: no gradient, no optimizer state
+    places, adapters = linears_of(model), []
+    for name, value in dump.adapters.items():
+        if name != "scale":
+            linear, which = places[name.rsplit(".", 1)[0]], name.rsplit("_", 1)[-1]  # "...W_q.lora_A" -> "A"
+            setattr(linear, which, value.clone().requires_grad_(True))
+            linear.s = dump.adapters["scale"]
+            adapters.append((name, getattr(linear, which)))
+    tensors = [p for _, p in adapters]
+    optimizer = choose("optimizer", training.get("optimizer", "sgd"), {  # betas, eps and momentum as update()'s
+        "sgd": lambda: torch.optim.SGD(tensors, lr=1.0),
+        "momentum": lambda: torch.optim.SGD(tensors, lr=1.0, momentum=0.9),
+        "adam": lambda: torch.optim.AdamW(tensors, lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)})()
+    clip = float(training.get("clip", 0))
+    steps = [(dump.lr, dump.sources, dump.targets_in, dump.targets)] + dump.later
+    for k, (lr, *batch) in enumerate(steps):
+        source, target_in, target = (torch.tensor(x) for x in batch)
+        optimizer.zero_grad(set_to_none=True)
+        logits = model.forward(source, target_in)  # (B, T, V)
+        loss = cross_entropy(logits, target, float(training.get("label_smoothing", 0)))
+        if k == 0:
+            logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
+            loss_diff = abs(cross_entropy(logits.detach(), target, 0.0).item() - dump.loss)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(tensors, clip)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    weight_diff = largest(worst(p.detach(), after_adapters[name]) for name, p in adapters)
+    if merged is not None:  # --save: each adapted W + s A B, the rest the base's
+        with torch.no_grad():
+            for name, linear in places.items():
+                if linear.A is not None:
+                    linear.W = linear.W + (linear.A @ linear.B) * linear.s
+        weight_diff = largest([weight_diff] + [worst(p, merged.tensors[name]) for name, p in model.parameters()])
+    return logit_diff, loss_diff, weight_diff
+
+
 def random_sources(header, count, seed):
     """A few inputs of the checkpoint's data shape: min_len..seq_len digits in 1..max_digit."""
     rng = random.Random(seed)
@@ -845,6 +1000,49 @@ def check_variant(flags, workdir):
     return (*replay_step(dump, after), *decoding_agreement(after_path, after, workdir))
 
 
+LORA_VARIANTS = [  # (name, the base's flags, --quantize BITS or None, the fine-tuning's flags)
+    ("lora qv, float base", [], None, ["--lora", "2"]),
+    ("lora all, float base, alpha 3", [], None, ["--lora", "2", "--lora-on", "all", "--lora-alpha", "3"]),
+    ("lora all, float, task reverse", ["--min-len", "2"], None, ["--lora", "4", "--lora-on", "all", "--task",
+                                                                 "reverse"]),
+    ("lora qv, dec-only, float", ["--arch", "decoder-only", "--min-len", "2"], None, ["--lora", "2"]),
+    ("lora all, dec-only swiglu, float", ["--arch", "decoder-only", "--act", "swiglu", "--dec-layers", "2"], None,
+     ["--lora", "3", "--lora-on", "all"]),
+    ("lora qv, 8-bit base", [], 8, ["--lora", "2"]),
+    ("lora all, 8-bit base, alpha 3", [], 8, ["--lora", "2", "--lora-on", "all", "--lora-alpha", "3"]),
+    ("lora qv, dec-only, 8-bit", ["--arch", "decoder-only", "--min-len", "2"], 8, ["--lora", "2"]),
+    ("lora all, dec-only swiglu, 8-bit", ["--arch", "decoder-only", "--act", "swiglu", "--dec-layers", "2"], 8,
+     ["--lora", "3", "--lora-on", "all"]),
+    ("lora all, 8-bit, tied, llama", ["--llama", "--tie-embeddings"], 8, ["--lora", "2", "--lora-on", "all"]),
+    ("lora all, 4-bit base", ["--enc-layers", "2"], 4, ["--lora", "2", "--lora-on", "all"]),
+]
+LORA_BASE_FLAGS = ["--steps", "20", "--batch", "4", "--optimizer", "adam", "--eval-every", "20"]
+LORA_STEP_FLAGS = ["--steps", "3", "--lr", "0.01"]  # three Adam steps of the adapters alone
+
+
+def check_lora_variant(base_flags, bits, lora_flags, workdir):
+    """A base trained LORA_BASE_FLAGS (then quantized), fine-tuned three steps (the dump holds their batches), then
+    one step more from the adapters it saved (--adapters: logits through trained adapters). Worst of both runs."""
+    at = Path(workdir)
+    base, dump1, dump2, after1, after2, merged = (at / f for f in ("base.txt", "step.txt", "step2.txt",
+                                                                   "adapters.txt", "adapters2.txt", "merged.txt"))
+    run_sorter([*base_flags, *LORA_BASE_FLAGS, "--save", str(base)], workdir)
+    if bits:
+        run_sorter(["--load", str(base), "--quantize", str(bits), "--save", str(base)], workdir)
+    tune = ["--task"] + [lora_flags[lora_flags.index("--task") + 1]] if "--task" in lora_flags else []
+    run_sorter(["--load", str(base), *lora_flags, *LORA_STEP_FLAGS, "--dump-step", str(dump1), "--save-adapters",
+                str(after1), "--save", str(merged)], workdir)
+    run_sorter(["--load", str(base), *tune, "--adapters", str(after1), "--steps", "1", "--lr", "0.01", "--dump-step",
+                str(dump2), "--save-adapters", str(after2)], workdir)
+    dump = parse_step_dump(dump1.read_text())
+    if len(dump.later) != 2:
+        raise ValueError(f"the step dump holds {len(dump.later) + 1} steps, not 3")
+    merged_ck = parse_checkpoint(merged.read_text())
+    first = replay_lora(dump, parse_adapters(after1.read_text()), None if bits else merged_ck)
+    second = replay_lora(parse_step_dump(dump2.read_text()), parse_adapters(after2.read_text()))
+    return (*(largest(pair) for pair in zip(first, second)), *decoding_agreement(merged, merged_ck, workdir))
+
+
 def check():
     if not SORTER.exists():
         print(f"torch_sorter.py --check: {SORTER} not found; run make in {SORTER.parent} first")
@@ -853,6 +1051,8 @@ def check():
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
     print("flash variants against " + ("F.scaled_dot_product_attention" if HAS_SDPA else
           "this file's attention() (this PyTorch has no F.scaled_dot_product_attention; 2.0 on has)"))
+    print(f"lora variants (chapter 12): a base ({' '.join(LORA_BASE_FLAGS)}, then --quantize BITS), its adapters "
+          f"trained {' '.join(LORA_STEP_FLAGS)}, then one step on from those: the twin's own adapters, base frozen")
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
           f"and beam 3's hypotheses)\n")
     print(f"{'variant':<32} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")
@@ -869,7 +1069,20 @@ def check():
         failed += not ok
         print(f"{name:<32} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{greedy}/{total}':>6}  {f'{beam}/{total}':>4}"
               f"{'' if ok else '  FAIL'}")
-    print(f"\n{len(VARIANTS) - failed} of {len(VARIANTS)} variants agree" + (f", {failed} FAILED" if failed else ""))
+    for name, base_flags, bits, lora_flags in LORA_VARIANTS:  # chapter 12: three Adam steps of the adapters
+        with tempfile.TemporaryDirectory(prefix="torch_sorter_") as workdir:
+            try:
+                logit, loss, weight, greedy, beam, total = check_lora_variant(base_flags, bits, lora_flags, workdir)
+            except (RuntimeError, ValueError) as error:
+                print(f"{name:<32} FAIL: {error}")
+                failed += 1
+                continue
+        ok = all(d <= TOLERANCE for d in (logit, loss, weight)) and greedy == beam == total
+        failed += not ok
+        print(f"{name:<32} {logit:9.1e} {loss:9.1e} {weight:9.1e}  {f'{greedy}/{total}':>6}  {f'{beam}/{total}':>4}"
+              f"{'' if ok else '  FAIL'}")
+    count = len(VARIANTS) + len(LORA_VARIANTS)
+    print(f"\n{count - failed} of {count} variants agree" + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
 
 

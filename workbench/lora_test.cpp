@@ -38,6 +38,10 @@ TEST_CASE("lora: flags that make no sense are one line naming the fix") {
     CHECK(contains(parse_error({"--load", "m.txt", "--adapters", "a.txt", "--lora", "2"}), "not both"));
     CHECK(contains(parse_error({"--load", "m.txt", "--lora", "2", "--quantize", "8"}), "quantize the model first"));
     CHECK(parse_error({"--load", "m.txt", "--lora", "2", "--lora-on", "all", "--lora-alpha", "16"}) == "");
+    // --dump-step records a fine-tuning step (the twin's, make reference); a loaded model's other steps, none.
+    CHECK(parse_error({"--load", "m.txt", "--lora", "2", "--dump-step", "d.txt"}) == "");
+    CHECK(parse_error({"--load", "m.txt", "--adapters", "a.txt", "--dump-step", "d.txt"}) == "");
+    CHECK(contains(parse_error({"--load", "m.txt", "--dump-step", "d.txt"}), "cannot be combined with --load"));
     CHECK(parse_error({"--load", "m.txt", "--task", "reverse", "--seq-len", "7", "--steps", "10"}) == "");
 }
 

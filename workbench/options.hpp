@@ -79,7 +79,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                        "from 1 to N; N may pass --seq-len (the position table is made that long); 0: none", 0,
                        MAX_SEQ_LEN, false, &O::test_len)),
             path_flag("--dump-step", "FILE", "write the first step (weights, batch, logits, loss) to FILE, for "
-                      "make reference", true, &O::dump_step_path)}},
+                      "make reference; with --load and --lora (or --adapters), the adapters and the next two "
+                      "steps' batches too", true, &O::dump_step_path)}},
         {"Variants for the exercises", "./sorter --norm post --pos learned --act gelu", true, {
             choice_flag("--norm", "LayerNorm before each sublayer, or after the residual sum", NORM_PLACE_NAMES, true,
                         &M::norm_place),
@@ -351,9 +352,12 @@ inline Options parse_options(int argc, char** argv) {
     if (!o.dump_step_path.empty() && draws_position_ids(m.positions))
         fail("--dump-step records a step for make reference, whose twin has no random positions; it cannot be "
              "combined with --pos random");
+    // --dump-step with --load records a fine-tuning run's first step, adapters and all (chapter 12), for the twin.
+    const bool adapting = o.lora_rank > 0 || !o.adapters_path.empty();
     if (!o.load_path.empty())
         for (const Flag* f : given)
-            if (f->fixed_by_checkpoint && !f->checked_by_checkpoint && !f->fine_tunes)
+            if (f->fixed_by_checkpoint && !f->checked_by_checkpoint && !f->fine_tunes &&
+                !(adapting && f->name == "--dump-step"))
                 fail(f->name + " cannot be combined with --load " + o.load_path +
                      ": the checkpoint fixes the model, its data and its training (--task, --seq-len and --min-len "
                      "excepted: fine-tuning)");

@@ -2,10 +2,12 @@
 // reference/torch_sorter.py (make reference): lr, each example and its logits, dropout's masks (when on), the
 // loss (batch_loss's plain cross-entropy, as train_step sums it, so the same to the last bit; with label
 // smoothing also the smoothed loss training follows, which PyTorch's loss computes), and the model as a
-// checkpoint.
+// checkpoint. A fine-tuning run's (--lora or --adapters with --load, chapter 12) holds its adapters before the step
+// too, as their file, and the batches of its next two steps (no dropout's masks: the twin checks those without).
 #pragma once
 
 #include "checkpoint.hpp"
+#include "lora.hpp"  // a fine-tuning step's adapters, written as their file (chapter 12)
 
 inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "3 1 0"
     std::vector<std::string> words;
@@ -54,8 +56,15 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
     masks.erase(std::remove_if(masks.begin(), masks.end(), [](auto& m) { return m.second.empty(); }), masks.end());
     return masks;
 }
+// A later step of a fine-tuning run: its number, rate and batch (the twin runs it on from its own weights).
+struct LaterStep {
+    long step;
+    double lr;
+    std::vector<Example> batch;
+};
 inline void dump_step(const std::string& path, Transformer& model, const std::vector<Example>& batch, double lr,
-                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const Origin& origin) {
+                      const DataConfig& d, const TrainConfig& t, const TrainState& state, const Origin& origin,
+                      const std::vector<LaterStep>& later = {}) {
     Inputs in = inputs_of(batch, 0, batch.size());
     const Rng masks = model.dropout_draws;  // the step will draw the same masks again from here
     model.train(true);                      // as train_step runs the batch: one stack of rows, dropout on
@@ -83,16 +92,36 @@ inline void dump_step(const std::string& path, Transformer& model, const std::ve
         }
         std::fprintf(f, "loss %.17g\n", loss.plain);  // the cross-entropy, as the table shows it
         if (t.label_smoothing > 0) std::fprintf(f, "smoothed_loss %.17g\n", loss.followed);  // what training follows
+        if (!adapters_of(model).empty()) {  // fine-tuning (chapter 12): the adapters before the step, as their file
+            std::fprintf(f, "adapters\n");
+            write_adapters(f, model, base_fingerprint(model));
+            std::fprintf(f, "later_steps %zu\n", later.size());
+            for (const LaterStep& s : later) {
+                std::fprintf(f, "step %ld lr %.17g examples %zu\n", s.step, s.lr, s.batch.size());
+                for (const Example& e : s.batch)
+                    std::fprintf(f, "source %s\ntarget_in %s\ntarget %s\n", ids_text(e.source).c_str(),
+                                 ids_text(e.target_in).c_str(), ids_text(e.target).c_str());
+            }
+        }
         std::fprintf(f, "checkpoint\n");
         write_checkpoint(f, model, d, t, state, origin);
     });
 }
-// Step 1 as train_step is about to run it: the batch it will draw, the rate it will use, and the training state
-// as the checkpoint of a run stopped just after drawing that batch would hold it.
+// A fine-tuning run's dump holds its next steps' batches as well, two at most: the twin checks three Adam steps.
+constexpr long DUMPED_LATER_STEPS = 2;
+// The run's first step (step 1; a fine-tuning run's, the step after the loaded model's) as train_step is about to
+// run it: the batch it will draw, the rate it will use, and the training state as the checkpoint of a run stopped
+// just after drawing that batch would hold it.
 inline void dump_first_step(const std::string& path, Transformer& model, const Dataset& data, const TrainConfig& t,
-                            const TrainState& state, const Origin& origin, long last) {
-    TrainState at_step_1 = state;  // a copy: train_step draws the same batch again from `state`
-    std::vector<Example> batch = data.draw_batch(at_step_1.batch_draws, t.batch);
-    dump_step(path, model, batch, scheduled_lr(t.schedule, t.lr, 1, last, t.warmup), data.config, t, at_step_1,
-              origin);
+                            const TrainState& state, const Origin& origin, long first, long last) {
+    TrainState at_first = state;  // a copy: train_step draws the same batch again from `state`
+    std::vector<Example> batch = data.draw_batch(at_first.batch_draws, t.batch);
+    std::vector<LaterStep> later;  // fine-tuning: the next DUMPED_LATER_STEPS steps' batches, drawn on from there
+    Rng draws = at_first.batch_draws;
+    if (!adapters_of(model).empty())
+        for (long step = first + 1; step <= std::min(last, first + DUMPED_LATER_STEPS); step++)
+            later.push_back(
+                {step, scheduled_lr(t.schedule, t.lr, step, last, t.warmup), data.draw_batch(draws, t.batch)});
+    dump_step(path, model, batch, scheduled_lr(t.schedule, t.lr, first, last, t.warmup), data.config, t, at_first,
+              origin, later);
 }

@@ -58,4 +58,23 @@ TEST_CASE("--dump-step: the first step, bit for bit") {
     CHECK(loss.followed > loss.plain);
     CHECK(contains(text, fmt("\nloss %.17g\nsmoothed_loss %.17g\ncheckpoint\n", loss.plain, loss.followed)));
     CHECK(!contains(read_all(dir.file("step.txt")), "smoothed_loss"));
+    CHECK(!contains(read_all(dir.file("step.txt")), "adapters"));
+
+    // Fine-tuning (chapter 12): the adapters before the step, as their file, and the later steps' batches, before
+    // the checkpoint (the base, which still reads back).
+    Rng draws(3);
+    add_adapters(model, 2, 2.0, LoraOn::qv, draws);
+    dump_step(dir.file("tuned.txt"), model, batch, 0.25, kept.data, kept.train, kept.state, kept.origin,
+              {{2, 0.125, batch}});
+    const std::string tuned = read_all(dir.file("tuned.txt"));
+    CHECK(contains(tuned, "\nadapters\nsorter-adapters 1\n"));
+    CHECK(contains(tuned, "tensor decoder.0.self_attn.W_v.lora_B 2 "));
+    CHECK(contains(tuned, "end\nlater_steps 1\nstep 2 lr 0.125 examples 3\nsource " + ids_text(batch[0].source) +
+                              "\ntarget_in " + ids_text(batch[0].target_in) + "\n"));
+    const std::size_t at = tuned.find("\ncheckpoint\n");
+    REQUIRE(at != std::string::npos);
+    CHECK(tuned.find("later_steps") < at);
+    std::istringstream base(tuned.substr(at + 12));
+    Kept reread;
+    CHECK(read_kept(base, "the dump", reread).parameters().size() == model.parameters().size());
 }
