@@ -45,7 +45,7 @@ endif
 FIXED    := -std=c++17 -ffp-contract=off -fno-math-errno -pthread
 # The tutorial: its first part (the three headers), its later chapters (chapters/*.hpp), and beneath them engine/: the
 # fast kernels and the pool they run on. A chapter's tests and the engine's sit beside them (chapters/*_test.cpp,
-# engine/*_test.cpp), built with the program's flags: they are tested as ./sorter runs them.
+# engine/*_test.cpp), built with the program's flags at -O2 (make test, below): the numbers ./sorter computes.
 CHAPTERS     := $(wildcard chapters/*.hpp)
 ENGINE       := $(wildcard engine/*.hpp)
 BESIDE_TESTS := $(wildcard chapters/*_test.cpp) $(wildcard engine/*_test.cpp)
@@ -95,34 +95,32 @@ doctest:
 	      how="$$how then make test DOCTEST=/path/to/doctest/doctest.h"; fi; \
 	 echo "error: doctest not found (looked in $(DOCTEST_DIRS)). Install it with: $$how"; exit 1
 
-# make test: one binary, from five units that build side by side on two cores (the biggest first), run as two
-# processes (below). tests.cpp is the tutorial's lab notebook (matrix.hpp, model.hpp and train.hpp only), at -O2:
-# it trains, and -ffp-contract=off makes its numbers the same at any -O level (CI checks an -O2 ./sorter's bits),
-# at half the compile time of -O3. chapters/*_test.cpp and engine/*_test.cpp, with the program's flags. The
-# workbench's tests, workbench/*_test.cpp beside the headers they test, in two units at -O0 (they read and write
-# files and make short runs; at -O1 they took 51 CPU seconds to compile, at -O0 32, and the runs are as quick,
-# since what they compute comes from beside-tests.o): those of workbench/a* to o*, and the rest. doctest's main()
-# is compiled once, into doctest-main.o. beside-tests.o is linked first: a function compiled in more than one unit
-# is kept from the first (the linker's rule), so the kernels and the blocks run as they are tested, at the
-# program's flags.
+# make test: one binary, from four units that build side by side on two cores (the biggest first), run as two
+# processes (below). tests.cpp is the tutorial's lab notebook (matrix.hpp, model.hpp and train.hpp only), at -O1:
+# its training runs the blocks as beside-tests.o compiled them (below), so it runs as fast as at -O2 (6.9 s and 6.8)
+# and compiles in 14 CPU seconds (-O2: 18); -ffp-contract=off makes the numbers the same at any -O level. chapters/*_test.cpp and engine/*_test.cpp, with the program's flags at -O2 too
+# (-march=native where the program has it; 15 CPU seconds where -O3 took 26, the same numbers). The
+# workbench's tests, workbench/*_test.cpp beside the headers they test, in one unit at -O0 (they read and write
+# files and make short runs; at -O1 they took 51 CPU seconds to compile, at -O0 27, and the runs are as quick,
+# since what they compute comes from beside-tests.o; as two units, each compiling the program again, 36).
+# doctest's main() is compiled once, into doctest-main.o. beside-tests.o is linked first: a function compiled in more than one unit
+# is kept from the first (the linker's rule), so every unit runs the kernels and the blocks as they are tested.
 # DOCTEST_CONFIG_SUPER_FAST_ASSERTS: a CHECK is a call, not a try block of its own (a tenth of the units' compile
 # time); an exception thrown inside a CHECK's expression still fails its test case, as an unexpected exception.
 TEST_FLAGS := -DDOCTEST_CONFIG_SUPER_FAST_ASSERTS
-WORKBENCH_TESTS_1 := $(filter $(addprefix workbench/,$(addsuffix %,a b c d e f g h i j k l m n o)),$(WORKBENCH_TESTS))
-WORKBENCH_TESTS_2 := $(filter-out $(WORKBENCH_TESTS_1),$(WORKBENCH_TESTS))
 doctest-main.o: | doctest
 	printf '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN\n#include <doctest/doctest.h>\n' | \
 	  $(CXX) -std=c++17 -O1 $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 tests.o: tests.cpp $(HEADERS) Makefile | doctest
-	$(CXX) $(FIXED) $(CXXFLAGS) -O2 $(TEST_FLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
-workbench-tests-%.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
-	printf '#include "%s"\n' $(WORKBENCH_TESTS_$*) | \
+	$(CXX) $(FIXED) $(CXXFLAGS) -O1 $(TEST_FLAGS) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
+workbench-tests.o: $(WORKBENCH_TESTS) main.cpp $(HEADERS) $(WORKBENCH) Makefile | doctest
+	printf '#include "%s"\n' $(WORKBENCH_TESTS) | \
 	  $(CXX) $(FIXED) $(CXXFLAGS) -O0 $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
 beside-tests.o: $(BESIDE_TESTS) $(HEADERS) Makefile | doctest
 	printf '#include "%s"\n' $(BESIDE_TESTS) | \
-	  $(CXX) $(FIXED) $(CXXFLAGS) $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
-TEST_UNITS := beside-tests.o tests.o workbench-tests-1.o workbench-tests-2.o doctest-main.o
-tests: workbench-tests-1.o workbench-tests-2.o beside-tests.o tests.o doctest-main.o
+	  $(CXX) $(FIXED) $(CXXFLAGS) -O2 $(TEST_FLAGS) -I. $(DOCTEST_INCLUDE) -x c++ -c -o $@ -
+TEST_UNITS := beside-tests.o tests.o workbench-tests.o doctest-main.o
+tests: workbench-tests.o tests.o beside-tests.o doctest-main.o
 	$(CXX) $(FIXED) $(CXXFLAGS) -o $@ $(TEST_UNITS)
 # The lab notebook and the engine's tests alone (CI runs them for ARM64 under qemu, which cannot start ./sorter
 # as the workbench's tests do).
@@ -227,8 +225,11 @@ mistakes: $(if $(MISTAKES),exercise-check exercise-mistakes)
 	@./exercise-mistakes --no-skip  # each mistake finds its place, then each is graded in a copy
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
-# workbench's, and its second half (tests.cpp's helpers share names with the engine's and workbench's).
+# workbench's (workbench/a* to o*), and its second half (tests.cpp's helpers share names with the engine's and
+# workbench's).
 # float-cast-overflow: a NaN or an inf made an integer (g++ leaves it out of undefined; clang's undefined has it).
+WORKBENCH_TESTS_1 := $(filter $(addprefix workbench/,$(addsuffix %,a b c d e f g h i j k l m n o)),$(WORKBENCH_TESTS))
+WORKBENCH_TESTS_2 := $(filter-out $(WORKBENCH_TESTS_1),$(WORKBENCH_TESTS))
 SANITIZE := -O1 -g1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 tests-sanitize-lab.o: tests.cpp $(HEADERS) Makefile | doctest
 	$(CXX) $(FIXED) $(CXXFLAGS) $(SANITIZE) $(DOCTEST_INCLUDE) -c -o $@ tests.cpp
