@@ -216,8 +216,8 @@ inline std::string exercise_page(const std::string& dir) {
                     "worst, and what the pattern of the error suggests;", "  ") +
             wrapped("- the last line: the grade.", "  ") + "\n" +
             wrapped("The first `make check` builds the check, and precompiles the C++ library's headers for the next "
-                    "ones: 13 s on a quiet 2-core machine, 22 s on a busy one. After an edit it rebuilds and runs, "
-                    "about 7 s of processor time: 11 to 19 s while other programs run. You need neither `make` "
+                    "ones: 11 s on a quiet 2-core machine, 22 s on a busy one. After an edit it rebuilds and runs in "
+                    "7 to 9 s on a quiet machine, 11 to 19 s while other programs run. You need neither `make` "
                     "nor ./sorter for it (`make` builds ./sorter with -O3, a minute and a half or more: the program "
                     "then runs your code).") + "\n" +
             wrapped("`make blank` puts the blank gap back, as below; what the gap held goes to exercise-yours.txt "
