@@ -222,7 +222,13 @@ MISTAKES := $(wildcard fuzz/exercise_mistakes.cpp)
 mistakes: $(if $(MISTAKES),exercise-check exercise-mistakes)
 	@test -n "$(MISTAKES)" || { echo "make mistakes: run it in the repository (a student's copy does not hold" \
 	  "fuzz/exercise_mistakes.cpp, the mistakes it plants)"; exit 2; }
-	@./exercise-mistakes --no-skip  # each mistake finds its place, then each is graded in a copy
+	@./exercise-mistakes  # each mistake finds its place in the answer
+	@dir=$$(mktemp -d) && git ls-files > $$dir/files && \
+	 MISTAKES_DIR=$$dir ./exercise-mistakes --no-skip -tc='*the copies*' >/dev/null && \
+	 for copy in $$dir/[0-9]*; do \
+	   (cd $$copy && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS $(MAKE) -s check > check.out 2>&1); \
+	 done; \
+	 MISTAKES_DIR=$$dir ./exercise-mistakes --no-skip -tc='*the grades*'; status=$$?; rm -rf $$dir; exit $$status
 
 # The units of make test's, built side by side: the lab notebook, the engine's tests with the first half of the
 # workbench's (workbench/a* to o*), and its second half (tests.cpp's helpers share names with the engine's and
