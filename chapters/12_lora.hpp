@@ -77,17 +77,23 @@ struct Adapter {
 
 // ---------------------------------------------------------------------------------------------
 // Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two at rank 4 did about
-// as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward. Never the
-// embedding table or the output projection: they read and write tokens, which a new task of the same digits keeps.
+// as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward (with
+// experts, chapter 11, every matrix of each expert's feed-forward, the shared ones' too). Never the embedding table or
+// the output projection: they read and write tokens, which a new task of the same digits keeps. Nor the router, as
+// in common practice (the PEFT library's recipes for Mixtral adapt the experts, not the gate): W_router (d_model, E)
+// is already thin, so an adapter saves nothing there, and a router that moved would send tokens to experts whose
+// adapters never trained on them; left frozen, each expert's adapter learns the tokens its expert already takes.
 enum class LoraOn { qv, all };
 const std::vector<std::string> LORA_ON_NAMES = {"qv", "all"};
 
-// A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3. Experts (chapter 11) hold
-// theirs one level down and take none here (attention's adapters still apply). has_W_1<Block>: Block has a W_1.
+// A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3; Experts' one level down, in
+// each of its experts and shared experts. has_W_1<Block>: Block has a W_1 (has_experts: Block holds experts).
 template <class Block, class = void> struct has_W_1 : std::false_type {};
 template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
 template <class Block, class = void> struct has_W_3 : std::false_type {};
 template <class Block> struct has_W_3<Block, std::void_t<decltype(&Block::W_3)>> : std::true_type {};
+template <class Block, class = void> struct has_experts : std::false_type {};
+template <class Block> struct has_experts<Block, std::void_t<decltype(&Block::experts)>> : std::true_type {};
 
 // Every Linear a model's adapters may sit on, with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"),
 // in the checkpoint's order. A template: the Transformer comes after this chapter (model.hpp reads it before Linear).
@@ -99,12 +105,25 @@ void each_adaptable(Model& model, LoraOn on, const std::function<void(const std:
         visit(name + ".W_v", attn.W_v);
         if (on == LoraOn::all) visit(name + ".W_o", attn.W_o);
     };
-    auto feed_forward = [&](auto& ffn, const std::string& name) {
-        if (on != LoraOn::all) return;
+    auto dense = [&](auto& ffn, const std::string& name) {  // one feed-forward, of whichever kind it holds
         std::visit([&](auto& block) {
             using Block = std::decay_t<decltype(block)>;
             if constexpr (has_W_1<Block>::value) visit(name + ".W_1", block.W_1), visit(name + ".W_2", block.W_2);
             if constexpr (has_W_3<Block>::value) visit(name + ".W_3", block.W_3);
+        }, ffn.block);
+    };
+    auto feed_forward = [&](auto& ffn, const std::string& name) {
+        if (on != LoraOn::all) return;
+        std::visit([&](auto& block) {
+            using Block = std::decay_t<decltype(block)>;
+            if constexpr (has_experts<Block>::value) {  // the checkpoint's order: the router (no adapter), then these
+                for (std::size_t i = 0; i < block.experts.size(); i++)
+                    dense(block.experts[i], name + ".experts." + std::to_string(i));
+                for (std::size_t j = 0; j < block.shared.size(); j++)
+                    dense(block.shared[j], name + ".shared." + std::to_string(j));
+            } else {
+                dense(ffn, name);
+            }
         }, ffn.block);
     };
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
@@ -121,8 +140,9 @@ void each_adaptable(Model& model, LoraOn on, const std::function<void(const std:
 }
 
 // Adapters of rank R and scale alpha / R on the chosen Linears, A drawn from `rng` in the checkpoint's order. Every
-// matrix of attention and of the feed-forward is frozen, adapted or not: its gradient buffer is freed (a frozen W
-// needs none), and Linear::backward then carries dx alone through it (and through its adapter, if it has one).
+// matrix of attention and of the feed-forward (each expert's too) is frozen, adapted or not: its gradient buffer is
+// freed (a frozen W needs none), and Linear::backward then carries dx alone through it (and through its adapter, if it
+// has one). The router, as the embedding table, keeps its buffer, which the optimizer does not read.
 template <class Model> void add_adapters(Model& model, int R, double alpha, LoraOn on, Rng& rng) {
     using Linear_ = std::decay_t<decltype(model.out)>;
     each_adaptable<Model, Linear_>(model, on, [&](const std::string&, Linear_& linear) {

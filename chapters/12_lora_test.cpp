@@ -1,7 +1,8 @@
 // chapters/12_lora_test.cpp -- low-rank adapters (12_lora.hpp): every backward checked by central differences in
 // double precision (A, B and the input through the frozen W and the adapter; on a quantized base, A and B, and the
 // input's gradient through the dequantized W); the frozen W's gradient never filled; step 1 is the loaded model's, bit
-// for bit; the optimizer moves A and B alone; merged and unmerged agree; the whole model's gradient with adapters.
+// for bit; the optimizer moves A and B alone; merged and unmerged agree; the whole model's gradient with adapters,
+// with experts too (adapters on each expert's feed-forward).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -229,4 +230,49 @@ TEST_CASE("lora: merged and unmerged give the same logits") {
     for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
     INFO("largest difference ", worst);
     CHECK(worst < 1e-12);
+}
+
+// With experts (chapter 11), --lora-on all puts adapters on every matrix of each expert's feed-forward and of each
+// shared expert's, none on the router: each expert's W frozen (no gradient buffer), the router's kept. The loss is the
+// one training follows, the balance loss included; every A and B of every expert is checked, both archs.
+TEST_CASE("gradient: adapters on each expert's feed-forward, the router left alone") {
+    using namespace lora_test;
+    struct Case { Arch arch; Activation act; std::size_t matrices; };  // adapted: attention's, then E + N experts'
+    for (const Case& k : {Case{Arch::encoder_decoder, Activation::relu, 12 + 2 * (3 + 1) * 2},
+                          Case{Arch::decoder_only, Activation::swiglu, 4 + (3 + 1) * 3}}) {
+        ModelConfig c = small_config(k.arch, k.act);
+        c.experts = 3, c.top_k_asked = 2, c.shared_experts = 1, c.balance = 0.1;
+        Transformer model(c, 17);
+        Rng rng(6);
+        add_adapters(model, 2, 3.0, LoraOn::all, rng);
+        const ParamList adapters = adapters_of(model);
+        CHECK(adapters.size() == 2 * k.matrices);
+        int on_experts = 0;
+        for (const auto& [tensor, p] : adapters) {
+            const std::string name = tensor;
+            INFO(name);
+            CHECK(name.find("router") == std::string::npos);
+            on_experts += name.find(".experts.") != std::string::npos || name.find(".shared.0.") != std::string::npos;
+        }
+        CHECK(on_experts == int(2 * (k.matrices - (k.arch == Arch::decoder_only ? 4 : 12))));
+        for (auto& [tensor, p] : model.parameters()) {
+            const std::string name = tensor;
+            INFO(name);
+            if (name.find(".W_") != std::string::npos) CHECK(p->grad.empty());     // every expert's W frozen
+            if (name.find("router.W") != std::string::npos) CHECK(!p->grad.empty());  // the router's buffer kept
+        }
+        nudge_B(adapters, rng);
+        check_gradients("experts + adapters (" + ARCH_NAMES[int(k.arch)] + ", " + ACTIVATION_NAMES[int(k.act)] + ")",
+                        tensors_of(adapters), [&] { return model_loss(model) + balance_loss_of(model); },
+                        [&] { gradient_of(model, BATCH, 0.0); });
+        // Merged (each expert's W + s A B): the same logits up to rounding, the routing and all.
+        Transformer merged = model;
+        merge_adapters(merged);
+        CHECK(adapters_of(merged).empty());
+        const Matrix a = logits_of(model), b = logits_of(merged);
+        double worst = 0.0;
+        for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
+        INFO("largest difference ", worst);
+        CHECK(worst < 1e-12);
+    }
 }

@@ -722,9 +722,14 @@ def linears_of(model):
                 if getattr(block, attn, None) is not None:
                     found.update({f"{part}.{i}.{attn}.{w}": getattr(getattr(block, attn), w)
                                   for w in ("W_q", "W_k", "W_v", "W_o")})
-            if isinstance(block.ffn, FeedForward):
-                found.update({f"{part}.{i}.ffn.{w}": getattr(block.ffn, w) for w in ("W_1", "W_2", "W_3")
-                              if getattr(block.ffn, w) is not None})
+            ffns = [("ffn", block.ffn)] if isinstance(block.ffn, FeedForward) else (  # experts: each one's
+                [(f"ffn.experts.{j}", e) for j, e in enumerate(block.ffn.experts)] +
+                [(f"ffn.shared.{j}", e) for j, e in enumerate(block.ffn.shared)])
+            if isinstance(block.ffn, Experts):  # the router: a Linear no adapter sits on (a quantized one is read)
+                found[f"{part}.{i}.ffn.router.W"] = block.ffn.router
+            for name, ffn in ffns:
+                found.update({f"{part}.{i}.{name}.{w}": getattr(ffn, w) for w in ("W_1", "W_2", "W_3")
+                              if getattr(ffn, w) is not None})
     return found
 
 
@@ -943,7 +948,7 @@ def replay_lora(dump, after_adapters, merged=None):
         source, target_in, target = (torch.tensor(x) for x in batch)
         optimizer.zero_grad(set_to_none=True)
         logits = model.forward(source, target_in)  # (B, T, V)
-        loss = cross_entropy(logits, target, float(training.get("label_smoothing", 0)))
+        loss = cross_entropy(logits, target, float(training.get("label_smoothing", 0))) + model.balance_loss()
         if k == 0:
             logit_diff = largest(worst(logits[i].detach(), dump.logits[i]) for i in range(len(dump.logits)))
             loss_diff = abs(cross_entropy(logits.detach(), target, 0.0).item() - dump.loss)
@@ -1015,6 +1020,10 @@ LORA_VARIANTS = [  # (name, the base's flags, --quantize BITS or None, the fine-
      ["--lora", "3", "--lora-on", "all"]),
     ("lora all, 8-bit, tied, llama", ["--llama", "--tie-embeddings"], 8, ["--lora", "2", "--lora-on", "all"]),
     ("lora all, 4-bit base", ["--enc-layers", "2"], 4, ["--lora", "2", "--lora-on", "all"]),
+    ("lora all, experts, shared", ["--experts", "4", "--top-k", "2", "--shared-experts", "1"], None,
+     ["--lora", "2", "--lora-on", "all"]),
+    ("lora all, experts, swiglu, 8-bit", ["--experts", "3", "--act", "swiglu", "--balance", "0.1"], 8,
+     ["--lora", "2", "--lora-on", "all", "--task", "reverse"]),
 ]
 LORA_BASE_FLAGS = ["--steps", "20", "--batch", "4", "--optimizer", "adam", "--eval-every", "20"]
 LORA_STEP_FLAGS = ["--steps", "3", "--lr", "0.01"]  # three Adam steps of the adapters alone

@@ -169,3 +169,46 @@ TEST_CASE("lora: fine-tuning on longer inputs keeps both held-out sets unseen") 
     origin.fine_tuned = false;
     CHECK(dataset_of(o, origin, {}).held_out.size() == plain.held_out.size());
 }
+
+// With experts (chapter 11), --lora-on all adapts each expert's feed-forward: the adapters' file holds them and reads
+// back to the same bits; the merged checkpoint loads with no flag and scores the held-out set as the adapted model did.
+TEST_CASE("lora: adapters on each expert, through their file and the merged checkpoint") {
+    using namespace lora_workbench_test;
+    ModelConfig c;
+    DataConfig d;
+    c.experts = 3, c.top_k_asked = 2, c.shared_experts = 1;
+    Transformer base = small_trained_model(c, d), tuned = adapted(base, 2);
+    REQUIRE(base.config.experts == 3);
+    int on_experts = 0;
+    for (auto& [name, p] : adapters_of(tuned)) on_experts += contains(name, ".ffn.experts.") || contains(name, ".shared.");
+    CHECK(on_experts == 3 * (3 + 1) * 2 * 2);  // 3 layers, E + N experts, W_1 and W_2, A and B
+    TempDir dir("lora-experts");
+    const std::string path = dir.file("a.txt");
+    write_atomically(path, "--save-adapters", [&](FILE* f) { write_adapters(f, tuned, base_fingerprint(base)); });
+    CHECK(contains(read_all(path), "tensor encoder.0.ffn.experts.2.W_2.lora_B 2 8\n"));
+    Transformer again = base;
+    read_adapters(path, "m.txt", again);
+    const ParamList want = adapters_of(tuned), got = adapters_of(again);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < got.size(); k++) CHECK(got[k].second->value.data == want[k].second->value.data);
+    CHECK(logits_of(again, d).data == logits_of(tuned, d).data);
+    Options o;
+    o.save_path = dir.file("merged.txt"), o.data = d, o.lora_rank = 2;
+    TrainState state(o.train, 1);
+    save_fine_tuned(o, tuned, state, Origin());
+    Kept k;
+    Transformer merged = load_kept(o.save_path, k);
+    CHECK(merged.config.experts == 3);
+    CHECK(adapters_of(merged).empty());
+    const double worst = largest_difference(logits_of(merged, d), logits_of(tuned, d));
+    INFO("largest difference ", worst);
+    CHECK(worst < 1e-12);
+    CHECK(largest_difference(logits_of(base, d), logits_of(tuned, d)) > 1e-3);  // the adapters did change it
+    const Dataset data(d);
+    const Accuracy unmerged = evaluate(tuned, data.held_out, {}), merged_a = evaluate(merged, data.held_out, {}),
+                   base_a = evaluate(base, data.held_out, {});
+    CHECK(unmerged.total == int(data.held_out.size()));
+    CHECK(merged_a.exact_count == unmerged.exact_count);
+    CHECK(merged_a.token == unmerged.token);
+    CHECK(unmerged.token != base_a.token);  // the figures compared are the adapters', not the base's again
+}

@@ -222,7 +222,7 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             number_flag("--lora-alpha", "the adapters' scale is alpha / R; 0: R (a scale of 1)", 0, MAX_LORA_ALPHA,
                         false, &O::lora_alpha),
             choice_flag("--lora-on", "which matrices take adapters: qv, every attention's W_q and W_v; all, every "
-                        "matrix of attention and of the feed-forward", LORA_ON_NAMES, false, &O::lora_on),
+                        "matrix of attention and of the feed-forward (each expert's)", LORA_ON_NAMES, false, &O::lora_on),
             path_flag("--save-adapters", "FILE", "as training ends, write the adapters alone to FILE, which names "
                       "its base by a fingerprint of its weights", false, &O::save_adapters_path),
             path_flag("--adapters", "FILE", "with --load: put the adapters of FILE (from --save-adapters) on the "
