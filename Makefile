@@ -10,6 +10,7 @@
 #   make bench       speed table (see docs/performance.md)
 #   make attention-cost  plain attention against --attention flash: a step's memory and time, T = 64 .. 1024
 #   make quantize-table  float64, 8 and 4 bits (and 6, 3, 2): accuracy of 3 seeds x 3 sizes x 2 tasks, and the plot
+#   make lora-table  LoRA at R = 1, 2, 4, 8 on float, 8- and 4-bit bases against every weight, 3 seeds, and the plot
 #   make reference   the PyTorch twin checks our numbers in float64 (reference/; needs python3-torch)
 #   make compare     sorter beside the PyTorch twin, on one thread and on all cores (reference/; needs python3-torch)
 #   make fuzz        the libFuzzer targets of fuzz/, FUZZ_SECONDS each, two at a time (default 60; needs clang)
@@ -60,7 +61,7 @@ DOCTEST_DIRS := /usr/include /usr/local/include /opt/homebrew/include /opt/local
 DOCTEST  ?= $(firstword $(wildcard $(DOCTEST_DIRS:%=%/doctest/doctest.h)))
 DOCTEST_INCLUDE = $(addprefix -idirafter ,$(filter-out /usr/include,$(patsubst %/doctest/doctest.h,%,$(DOCTEST))))
 
-.PHONY: all test check-libm sanitize-run-address sanitize-run-thread gradcheck exercises exercise check blank regrade mistakes FORCE course check-report sanitize bench attention-cost quantize-table reference compare fuzz signals clean doctest web check-web maths
+.PHONY: all test check-libm sanitize-run-address sanitize-run-thread gradcheck exercises exercise check blank regrade mistakes FORCE course check-report sanitize bench attention-cost quantize-table lora-table reference compare fuzz signals clean doctest web check-web maths
 
 all: sorter
 
@@ -287,6 +288,9 @@ attention-cost: sorter
 # and its plot (docs/quantize-bits.svg).
 quantize-table: sorter
 	docs/quantize-table
+
+lora-table: sorter
+	docs/lora-table
 
 # The PyTorch twin runs on the first python3 that has PyTorch: PYTHON when you set it, else python3 on
 # your PATH, else /usr/bin/python3 (Debian's python3-torch is built for Debian's own python3). Without
