@@ -66,16 +66,8 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
                  o.quantize_bits, o.load_path.c_str(), model.config.bits));
     if (o.quantize_bits > 0) quantize_model(model, o.quantize_bits);  // workbench/quantize.hpp
     reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
-    o.model = model.config;
     o.train.steps = o.finish ? steps_left(o.load_path, origin, state.updates) : steps;
-    o.seed_unknown = origin.seed < 0;
-    if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
-    if (o.lora_rank > 0) add_lora(o, model);  // workbench/lora.hpp: the base frozen, adapters beside it
-    if (!o.adapters_path.empty()) read_adapters(o.adapters_path, o.load_path, model);
-    if (other_data || has_adapters(o)) start_fine_tuning(o, state, origin);  // a run of its own, from step 1
-    else if (o.tune_lr > 0)
-        fail(fmt("--lr %g with --load %s: the checkpoint fixes its training; --lr sets the rate of a fine-tuning run "
-                 "(--lora R, or --task, --seq-len, --min-len)", o.tune_lr, o.load_path.c_str()));
+    fine_tune_loaded(o, model, state, origin, other_data);  // its settings, its adapters (workbench/lora.hpp)
     return model;
 }
 

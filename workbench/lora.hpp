@@ -165,6 +165,19 @@ inline void start_fine_tuning(Options& o, TrainState& state, Origin& origin) {
     state.updates = 0;
     origin.planned_steps = -1;
 }
+// After --load has read a checkpoint (and tune_data its data): the options say what it holds, the adapters go on
+// (--lora R, --adapters FILE), and a fine-tuning run starts its own count. ./sorter and the page both call it.
+inline void fine_tune_loaded(Options& o, Transformer& model, TrainState& state, Origin& origin, bool other_data) {
+    o.model = model.config;
+    o.seed_unknown = origin.seed < 0;
+    if (!o.seed_unknown) o.seed = uint64_t(origin.seed);
+    if (o.lora_rank > 0) add_lora(o, model);  // the base frozen, adapters beside it
+    if (!o.adapters_path.empty()) read_adapters(o.adapters_path, o.load_path, model);
+    if (other_data || has_adapters(o)) start_fine_tuning(o, state, origin);  // a run of its own, from step 1
+    else if (o.tune_lr > 0)
+        fail(fmt("--lr %g with --load %s: the checkpoint fixes its training; --lr sets the rate of a fine-tuning run "
+                 "(--lora R, or --task, --seq-len, --min-len)", o.tune_lr, o.load_path.c_str()));
+}
 // The run's data: a fine-tuned model's held-out set leaves out every input its first training may have seen (of its
 // first lengths, outside its first held-out set), and its training never draws the first held-out inputs, so that
 // what is left of the first task is measured on inputs no training saw. Same lengths, another task: the two held-out
@@ -220,6 +233,18 @@ inline Transformer merged_copy(Transformer& model) {
                 set_quantized(*p, name, quantize(transpose(p->value), merged.config.bits));
     return merged;
 }
+// The merged model, and the training state and origin its file keeps (the page's Download writes the same file).
+struct MergedRun {
+    Transformer model;
+    TrainState state;
+    Origin origin;
+};
+inline MergedRun merged_run(const Options& o, Transformer& model, const TrainState& state, const Origin& origin) {
+    MergedRun merged{merged_copy(model), TrainState(o.train, 1), origin};
+    merged.state.batch_draws = state.batch_draws;
+    merged.origin.planned_steps = -1;
+    return merged;
+}
 inline void save_fine_tuned(const Options& o, Transformer& model, const TrainState& state, const Origin& origin) {
     for (auto& [name, p] : adapters_of(model))
         for (double v : p->value.data)
@@ -229,10 +254,6 @@ inline void save_fine_tuned(const Options& o, Transformer& model, const TrainSta
         write_atomically(o.save_adapters_path, "--save-adapters",
                          [&](FILE* f) { write_adapters(f, model, base_fingerprint(model)); });
     if (o.save_path.empty()) return;
-    Transformer merged = merged_copy(model);
-    TrainState fresh(o.train, 1);
-    fresh.batch_draws = state.batch_draws;
-    Origin kept = origin;
-    kept.planned_steps = -1;
-    save_checkpoint(o.save_path, merged, o.data, o.train, fresh, kept);
+    MergedRun merged = merged_run(o, model, state, origin);
+    save_checkpoint(o.save_path, merged.model, o.data, o.train, merged.state, merged.origin);
 }

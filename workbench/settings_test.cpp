@@ -48,7 +48,7 @@ TEST_CASE("settings: one check, said by the flags, the checkpoint reader and the
     // The page: its flags, and its checkpoint text
     Lab lab;
     CHECK(contains(web_answer(lab, "start", "--heads 3", 0), json_text("--heads 3 with --d-model 16: " + heads.why)));
-    CHECK(contains(web_answer(lab, "load", replace_once(text, "n_heads 2", "n_heads 3"), 0),
+    CHECK(contains(web_answer(lab, "load", "m.txt\n\n" + replace_once(text, "n_heads 2", "n_heads 3"), 0),
                    json_text("the checkpoint header: n_heads 3 with d_model 8: " + heads.why)));
 }
 

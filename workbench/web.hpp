@@ -2,7 +2,7 @@
 // answer as one JSON object. The page (workbench/web.html) runs this in a worker, compiled by em++ from the same
 // sources as ./sorter: no second copy of the model or of training, only calls into them.
 //
-//   form()               the page's form: the flag table's rows the page takes, group by group
+//   form()               the page's form: the flag table's rows the page takes, group by group (web_form.hpp)
 //   settings(flags)      what a command line sets, flag by flag, and the same command with only the flags that matter
 //   start(flags)         a new model and data from --help's flags (the page's form writes them)
 //   train(n)             n steps of train_step: each step's loss and each block's gradient size; a loss that is not
@@ -13,8 +13,11 @@
 //   watched()            the three held-out inputs the run watches, decoded now
 //   attention(digits)    every layer's and head's attention map, for an input the learner chose
 //   decode(digits, beam) greedy decoding, and a beam search's hypotheses
-//   checkpoint()         the model as a checkpoint file's text; load(text, n) reads one back, to train n more
-//                        (a quantized one, ./sorter --load m8.txt, evaluates and decodes in integers: it never trains)
+//   checkpoint()         the model as a checkpoint file's text (a fine-tuned one merged, as --save writes it);
+//                        adapters(), the adapters alone, as --save-adapters writes them
+//   load(text)           ./sorter --load FILE FLAGS: a checkpoint's text read back, to train --steps more, or to
+//                        fine-tune (--lora R, --task, --seq-len, ...); a quantized one, ./sorter --load m8.txt,
+//                        evaluates and decodes in integers, and trains adapters alone
 //   quantize(bits)       the model in whole numbers, as ./sorter --load FILE --quantize BITS: the same integers
 //
 // Page-only machinery: ./sorter never calls it. workbench/web_test.cpp runs it natively, in make test.
@@ -26,8 +29,9 @@
 #include "evaluate.hpp"
 #include "files.hpp"
 #include "history.hpp"
-#include "options.hpp"
+#include "lora.hpp"  // fine-tuning an opened checkpoint (chapter 12)
 #include "terminal.hpp"
+#include "web_form.hpp"  // the form, and the flags the page takes
 
 // ---------------------------------------------------------------------------------------------
 // JSON, as little as the answers need (json_text, json_number and json_list: text.hpp)
@@ -35,130 +39,22 @@
 inline std::string json_tokens(const std::vector<int>& tokens, const ModelConfig& c) {  // ["3","1","_"]
     return json_list(token_names(tokens, c), json_text);
 }
+// A file's text as a writer of ./sorter's writes it (write_checkpoint, write_adapters write to a FILE).
+inline std::string written(const std::function<void(std::FILE*)>& write) {
+    std::FILE* f = std::tmpfile();
+    if (!f) fail("cannot make a temporary file for the download");
+    write(f);
+    std::string text(std::size_t(std::ftell(f)), '\0');
+    std::rewind(f);
+    const bool whole = std::fread(text.data(), 1, text.size(), f) == text.size();
+    std::fclose(f);
+    if (!whole) fail("could not read the download back");
+    return text;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The page's run: one model, its data and where its training stands
 // ---------------------------------------------------------------------------------------------
-// Flags the page does not take: they name files, print to a terminal or end the run, and its own buttons do the
-// rest (threads: the page's worker is one thread, and a thread count changes no result).
-const std::vector<std::string> PAGE_REFUSED = {"--save", "--load", "--report", "--svg", "--train-data", "--dump-step",
-                                               "--sort", "--bench", "--speed", "--step-cost", "--demo", "--help", "--save-every",
-                                               "--finish", "--params", "--show-pe", "--trace-shapes", "--inspect",
-                                               "--show-attention", "--numbers", "--test-len", "--threads",
-                                               "--quantize"};  // (--quantize: the page's own button, on its model)
-inline bool page_takes(const Flag& f) {
-    return std::find(PAGE_REFUSED.begin(), PAGE_REFUSED.end(), f.name) == PAGE_REFUSED.end();
-}
-inline Options page_options(const std::vector<std::string>& words) {
-    for (const std::string& w : words)
-        if (w.rfind("--", 0) == 0 && find_flag(w) && !page_takes(*find_flag(w)))
-            fail(w + " is not for the page: its buttons save, load and decode");
-    return parse_options(words);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The form: the flag table's rows, and what a command line sets
-// ---------------------------------------------------------------------------------------------
-// The page's form, from the flag table: the groups and their rows the page takes, each with its kind (what the
-// row's value is: "N" a whole number, "X" a number, "a|b|c" a choice, none a switch), names and help:
-// [{"title":"Model","flags":[{"name":"--d-model","kind":"whole","help":"..."},...]},...].
-inline std::string form_json() {
-    std::string groups;
-    for (const FlagGroup& g : flag_table()) {
-        std::string rows;
-        for (const Flag& f : g.flags) {
-            if (!page_takes(f)) continue;
-            std::string kind = f.value.empty() ? "switch" : f.value == "N" ? "whole" : f.value == "X" ? "number"
-                                                                                                     : "choice";
-            std::vector<std::string> names;  // a choice's value lists its names: "relu|gelu|swiglu"
-            for (std::size_t at = 0, bar; kind == "choice" && at <= f.value.size(); at = bar + 1) {
-                bar = std::min(f.value.find('|', at), f.value.size());
-                names.push_back(f.value.substr(at, bar - at));
-            }
-            rows += fmt("%s{\"name\":%s,\"kind\":\"%s\",\"names\":%s,\"help\":%s,\"checkpoint\":%s}",
-                        rows.empty() ? "" : ",", json_text(f.name).c_str(), kind.c_str(),
-                        json_list(names, json_text).c_str(), json_text(f.help).c_str(),
-                        f.fixed_by_checkpoint ? "true" : "false");
-        }
-        if (!rows.empty())
-            groups += fmt("%s{\"title\":%s,\"flags\":[%s]}", groups.empty() ? "" : ",", json_text(g.title).c_str(),
-                          rows.c_str());
-    }
-    return "[" + groups + "]";
-}
-
-// What a run's options set, one line a flag the page takes ("--pos rope"; "" for a switch left off): two command
-// lines that give the same lines ask for the same run.
-inline std::vector<std::string> page_settings(const Options& o) {
-    std::vector<std::string> given;
-    for (const FlagGroup& g : flag_table())
-        for (const Flag& f : g.flags)
-            if (page_takes(f)) given.push_back(f.as_given(o));
-    return given;
-}
-// A command line's words, flag by flag: {{"--pos", "rope"}, {"--rmsnorm"}}.
-inline std::vector<std::vector<std::string>> flag_words(const std::vector<std::string>& words) {
-    std::vector<std::vector<std::string>> flags;
-    for (const std::string& w : words)
-        if (flags.empty() || w.rfind("--", 0) == 0) flags.push_back({w});
-        else flags.back().push_back(w);
-    return flags;
-}
-inline std::vector<std::string> joined(const std::vector<std::vector<std::string>>& flags) {
-    std::vector<std::string> words;
-    for (const auto& f : flags) words.insert(words.end(), f.begin(), f.end());
-    return words;
-}
-// The same command with only the flags that matter: a flag goes when the run is the same without it ("--pos
-// sinusoidal", the default; "--rmsnorm" after --llama, which sets it).
-inline std::vector<std::string> shortest_command(const std::vector<std::string>& words) {
-    const std::vector<std::string> wanted = page_settings(page_options(words));
-    std::vector<std::vector<std::string>> flags = flag_words(words);
-    for (std::size_t k = 0; k < flags.size();) {
-        std::vector<std::vector<std::string>> without = flags;
-        without.erase(without.begin() + long(k));
-        bool same = false;
-        try { same = page_settings(page_options(joined(without))) == wanted; } catch (const UsageError&) {}
-        if (same) flags = without; else k++;
-    }
-    return joined(flags);
-}
-// The command line of a model's settings (a checkpoint's): flag by flag in the table's order, each that changes the
-// run and is allowed there (a decoder-only model's 0 encoder blocks are --arch's, not --enc-layers 0's).
-inline std::vector<std::string> command_of(const Options& o) {
-    const std::vector<std::string> wanted = page_settings(o);
-    std::vector<std::string> words;
-    for (int pass = 0; pass < 3; pass++)
-        for (const FlagGroup& g : flag_table())
-            for (const Flag& f : g.flags) {
-                const std::string given = f.as_given(o);
-                if (!page_takes(f) || !f.fixed_by_checkpoint || given.empty() ||
-                    f.as_given(page_options(words)) == given)
-                    continue;
-                std::vector<std::string> more = words, add = split_words(given);
-                more.insert(more.end(), add.begin(), add.end());
-                try { page_options(more); words = more; } catch (const UsageError&) {}
-            }
-    return shortest_command(words);
-}
-// settings(flags): {"values":{"--d-model":"16","--rmsnorm":"on",...},"command":"--pos rope"}: each flag the page
-// takes as the run would have it ("" for a switch off, or a value that follows another's, as --min-len), and the
-// shortest command line asking for the same run.
-inline std::string settings_json(const std::string& text) {
-    const std::vector<std::string> words = split_words(text), command = shortest_command(words);
-    const Options o = page_options(words);
-    std::string values;
-    for (const FlagGroup& g : flag_table())
-        for (const Flag& f : g.flags) {
-            if (!page_takes(f)) continue;
-            std::string given = f.as_given(o), value;
-            if (f.value.empty()) value = !given.empty() || std::count(command.begin(), command.end(), f.name) ? "on" : "";
-            else if (!given.empty()) value = given.substr(given.find(' ') + 1);
-            values += fmt("%s%s:%s", values.empty() ? "" : ",", json_text(f.name).c_str(), json_text(value).c_str());
-        }
-    return fmt("{\"values\":{%s},\"command\":%s}", values.c_str(), json_text(join(command, " ")).c_str());
-}
-
 struct Lab {
     Options options;
     std::unique_ptr<Transformer> model;  // held by pointer: History keeps pointers to its parameters
@@ -172,16 +68,22 @@ struct Lab {
     bool quantized_here = false;  // quantized on the page (quantize()), not opened so
 
     // What the page shows of a model once it is made or loaded: where it stands, its size, its blocks, the
-    // command line of its settings, and for a quantized model its bits and why it does not train.
+    // command line of its settings, for a quantized model its bits and why it does not train, and for a fine-tuning
+    // run ./sorter's lines about it (lora_text: the trainable parameters and their share).
     std::string describe() const {
         const ModelConfig& c = model->config;
-        return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"size\":%s,"
-                   "\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d,\"experts\":%d%s}", state->updates, last,
-                   options.train.batch, parameter_count(*model), json_text(size_text(c, options.data)).c_str(),
-                   json_text(ARCH_NAMES[int(c.arch)]).c_str(), json_list(block_names(), json_text).c_str(),
-                   json_text(join(command_of(options), " ")).c_str(), c.bits, c.experts,
-                   c.bits > 0 ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
+        std::string tuning = first_task_text(origin) + lora_text(*model, options);
+        if (!tuning.empty()) tuning.pop_back();  // (its last newline)
+        return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"trainable\":%ld,"
+                   "\"adapters\":%zu,\"tuning\":%s,\"size\":%s,\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d,"
+                   "\"experts\":%d%s}", state->updates, last, options.train.batch, parameter_count(*model),
+                   values_of(trained_parameters(*model)), adapters_of(*model).size(), json_text(tuning).c_str(),
+                   json_text(size_text(c, options.data)).c_str(), json_text(ARCH_NAMES[int(c.arch)]).c_str(),
+                   json_list(block_names(), json_text).c_str(), json_text(join(command_of(options), " ")).c_str(),
+                   c.bits, c.experts, frozen() ? (",\"cannot_train\":" + json_text(cannot_train())).c_str() : "");
     }
+    // A quantized model trains adapters alone (chapter 12): without them it is frozen.
+    bool frozen() const { return model->config.bits > 0 && adapters_of(*model).empty(); }
     // ./sorter's refusal to train a quantized model, the opened file (or the page's model) named as the page names it.
     std::string cannot_train() const {
         return cannot_train_text(quantized_here ? "the page's model" : "the checkpoint", model->config.bits);
@@ -195,7 +97,7 @@ struct Lab {
     // A new run takes the place of the one before only once all of it is made: a refusal keeps the old one whole.
     void adopt(const Options& o, std::unique_ptr<Transformer> m, std::unique_ptr<TrainState> s, const Origin& from,
                long steps) {
-        auto d = std::make_unique<Dataset>(o.data, std::vector<std::vector<int>>());
+        auto d = std::make_unique<Dataset>(dataset_of(o, from, {}));  // (fine-tuned: both held-out sets unseen)
         if (d->held_out.empty()) fail("no held-out set is possible with these settings: raise seq-len");
         options = o, model = std::move(m), state = std::move(s), origin = from, data = std::move(d);
         first = state->updates, last = first + steps, diverged.clear(), quantized_here = false;
@@ -215,7 +117,7 @@ struct Lab {
     // A loaded model's plan, as --load FILE --steps n: n steps on from where it was loaded (not below where it is).
     std::string plan(long n) {
         if (n < 0 || n > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", n, MAX_STEPS));
-        if (n > 0 && model->config.bits > 0) fail(cannot_train());
+        if (n > 0 && frozen()) fail(cannot_train());
         last = std::max(state->updates, first + n);
         return describe();
     }
@@ -225,7 +127,7 @@ struct Lab {
     // The run that diverged keeps its plan (the page says "step 11 of 2000") and trains no more; ./sorter's words
     // say what went wrong, and the page's ending says what it kept: the charts drew every step, Download is off.
     std::string train(long n) {
-        if (n > 0 && model->config.bits > 0) fail(cannot_train());
+        if (n > 0 && frozen()) fail(cannot_train());
         if (n > 0 && !diverged.empty()) fail(diverged);
         std::vector<double> losses;
         std::vector<std::vector<double>> norms;  // [step][block]
@@ -309,37 +211,49 @@ struct Lab {
                    }).c_str());
     }
 
-    // The checkpoint, as ./sorter --save writes it (through a temporary file: write_checkpoint writes to a FILE).
-    // A run that diverged is not written, as ./sorter --save writes nothing of it (and never weights that are not
-    // numbers: save_checkpoint's refusal, in its words).
+    // The checkpoint, as ./sorter --save writes it; with adapters (--lora), the model merged, as --save writes a
+    // fine-tuned run (lora.hpp's merged_run). A run that diverged is not written, as ./sorter --save writes nothing of
+    // it (and never weights that are not numbers: save_checkpoint's refusal, in its words).
     std::string checkpoint() {
         if (!diverged.empty()) fail(diverged);
-        const std::string what = unstorable(*model);
-        if (!what.empty()) fail("Download: " + what + " (training diverged); not saved");
         origin.planned_steps = last;
-        std::FILE* f = std::tmpfile();
-        if (!f) fail("cannot make a temporary file for the checkpoint");
-        write_checkpoint(f, *model, options.data, options.train, *state, origin);
-        std::string text(std::size_t(std::ftell(f)), '\0');
-        std::rewind(f);
-        const bool whole = std::fread(text.data(), 1, text.size(), f) == text.size();
-        std::fclose(f);
-        if (!whole) fail("could not read the checkpoint back");
-        return text;
+        auto file = [&](Transformer& m, const TrainState& s, const Origin& from) {
+            const std::string what = unstorable(m);
+            if (!what.empty()) fail("Download: " + what + " (training diverged); not saved");
+            return written([&](std::FILE* f) { write_checkpoint(f, m, options.data, options.train, s, from); });
+        };
+        if (adapters_of(*model).empty()) return file(*model, *state, origin);
+        MergedRun merged = merged_run(options, *model, *state, origin);
+        return file(merged.model, merged.state, merged.origin);
     }
-    // A checkpoint's text, as ./sorter --load reads it; training goes on `steps` more, as --load FILE --steps N. A
-    // quantized model is opened to evaluate and decode only: no steps are planned, and describe() says why.
-    std::string load(const std::string& text, long steps) {
-        if (steps < 0 || steps > MAX_STEPS) fail(fmt("steps %ld: expected 0 to %ld", steps, MAX_STEPS));
-        std::istringstream in(text);
-        Options o;
+    // The adapters alone, as --save-adapters writes them: small, naming their base by a fingerprint of its weights.
+    std::string adapters() {
+        if (adapters_of(*model).empty()) fail("no adapters: fine-tune an opened checkpoint with --lora R first");
+        if (!diverged.empty()) fail(diverged);
+        return written([&](std::FILE* f) { write_adapters(f, *model, base_fingerprint(*model)); });
+    }
+    // ./sorter --load NAME FLAGS, `opened` being "NAME\nFLAGS\nthe file's text": the flags checked as ./sorter
+    // checks them, then the checkpoint read as build_or_load reads it (fine_tune_loaded: the data fine-tuning trains
+    // on, the adapters, a run of its own from step 1). A quantized model without adapters is opened to evaluate and
+    // decode only: no steps are planned, and describe() says why.
+    std::string load(const std::string& opened) {
+        const std::size_t name_end = opened.find('\n'), flags_end = opened.find('\n', name_end + 1);
+        if (flags_end == std::string::npos) fail("load: expected a file's name, a line of flags, then the file");
+        Options o = page_options(split_words(opened.substr(name_end + 1, flags_end - name_end - 1)),
+                                 opened.substr(0, name_end));
+        std::istringstream in(opened.substr(flags_end + 1));
         auto s = std::make_unique<TrainState>(o.train, o.seed);
         Origin from;
+        const long steps = o.train.steps;  // (the checkpoint's settings take the place of the flags' in o)
         auto m = std::make_unique<Transformer>(read_checkpoint(in, "the checkpoint", o.data, o.train, *s, from));
-        o.model = m->config;
-        if (from.seed >= 0) o.seed = uint64_t(from.seed);
-        if (o.model.bits > 0) steps = 0;
-        adopt(o, std::move(m), std::move(s), from, steps);
+        o.train.steps = steps;
+        const bool other_data = tune_data(o, from, *m);
+        if (m->config.bits > 0 && !has_adapters(o)) o.train.steps = 0;
+        if (o.train.steps > 0)
+            if (std::string problem = step_memory_problem(m->config, o.data, o.train, 1, o.load_path); !problem.empty())
+                fail(problem);
+        fine_tune_loaded(o, *m, *s, from, other_data);
+        adopt(o, std::move(m), std::move(s), from, o.train.steps);
         return describe();
     }
     // The model in `bits`-bit whole numbers, as ./sorter --load FILE --quantize BITS quantizes the float model FILE
@@ -351,6 +265,9 @@ struct Lab {
             fail(fmt("quantize %d: the model is quantized already (%d bits); quantize the float model it came from",
                      bits, model->config.bits));
         if (!diverged.empty()) fail(diverged);
+        Options asked = options;  // ./sorter's refusal of --quantize with --lora, in its words
+        asked.quantize_bits = bits;
+        if (std::string problem = lora_flags_problem(asked, false, false); !problem.empty()) fail(problem);
         const std::string what = unstorable(*model);
         if (!what.empty()) fail(fmt("quantize %d: ", bits) + what + " (training diverged)");
         quantize_model(*model, bits);
@@ -367,7 +284,7 @@ struct Lab {
 inline std::string web_answer(Lab& lab, const std::string& command, const std::string& text, double number) {
     try {
         if (command == "start") return lab.start(text);
-        if (command == "load") return lab.load(text, long(number));
+        if (command == "load") return lab.load(text);
         if (command == "form") return form_json();
         if (command == "settings") return settings_json(text);
         if (!lab.model) fail("no model yet: start or load one first");
@@ -378,6 +295,7 @@ inline std::string web_answer(Lab& lab, const std::string& command, const std::s
         if (command == "attention") return lab.attention(text);
         if (command == "decode") return lab.decode(text, int(number));
         if (command == "checkpoint") return fmt("{\"text\":%s}", json_text(lab.checkpoint()).c_str());
+        if (command == "adapters") return fmt("{\"text\":%s}", json_text(lab.adapters()).c_str());
         if (command == "quantize") return lab.quantize(int(number));
         fail("unknown command " + command);
     } catch (const UsageError& e) {

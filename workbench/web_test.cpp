@@ -10,6 +10,9 @@ inline double json_field(const std::string& json, const std::string& key) {
     return std::atof(json.c_str() + at + key.size() + 3);
 }
 
+// What the page sends to open a checkpoint: its name, the flags ./sorter --load FILE would take, the file.
+inline std::string opened(const std::string& flags, const std::string& text) { return "m.txt\n" + flags + "\n" + text; }
+
 // The page trains in pieces of its own size (here 25, then 35 steps), and its checkpoint is the program's, byte
 // for byte; its evaluation scores as many held-out sequences right as the program's final line.
 TEST_CASE("web: the page's steps and checkpoint are ./sorter's") {
@@ -67,7 +70,7 @@ TEST_CASE("web: a checkpoint loads and trains on") {
     web_answer(lab, "train", "", 20);
     std::string text = lab.checkpoint();
     Lab other;
-    std::string loaded = web_answer(other, "load", text, 30);
+    std::string loaded = web_answer(other, "load", opened("--steps 30", text), 0);
     INFO(loaded);
     CHECK(json_field(loaded, "step") == 20);
     CHECK(json_field(loaded, "last") == 50);
@@ -75,12 +78,60 @@ TEST_CASE("web: a checkpoint loads and trains on") {
     again.replace(again.find("planned_steps 20"), 16, "planned_steps 50");
     CHECK(other.checkpoint() == again);
     CHECK(json_field(web_answer(other, "train", "", 30), "step") == 50);
-    CHECK(contains(web_answer(other, "load", "not a checkpoint", 1), "\"error\":\"the checkpoint"));
+    CHECK(contains(web_answer(other, "load", opened("--steps 1", "not a checkpoint"), 0), "\"error\":\"the checkpoint"));
     CHECK(json_field(other.describe(), "step") == 50);  // a file refused leaves the model as it was
     Lab scoring;  // steps 0: none, as --load FILE --steps 0
-    CHECK(json_field(web_answer(scoring, "load", text, 0), "last") == 20);
+    CHECK(json_field(web_answer(scoring, "load", opened("", text), 0), "last") == 20);
     CHECK(json_field(web_answer(scoring, "plan", "", 7), "last") == 27);  // the page's steps field, changed
     CHECK(json_field(web_answer(scoring, "train", "", 100), "step") == 27);
+}
+
+// An opened checkpoint fine-tuned with adapters (chapter 12), as ./sorter --load FILE --lora R with the same flags:
+// the same LoRA line (the trainable parameters and their share), the same table rows, and Download's files are
+// --save's merged model and --save-adapters' adapters, byte for byte. Over an 8-bit base too (QLoRA), which then
+// trains; Quantize is refused with ./sorter's words.
+TEST_CASE("web: an opened checkpoint fine-tuned with --lora is ./sorter's run") {
+    TempDir dir("web-lora");
+    const std::string m = dir.file("m.txt"), tuned = dir.file("tuned.txt"), adapters = dir.file("adapters.txt");
+    run_output({"--steps", "300", "--save", m});
+    const std::string flags = "--lora 4 --lora-on all --task reverse --steps 60 --eval-every 30";
+    std::vector<std::string> words = split_words(flags);
+    words.insert(words.end(), {"--load", m, "--save", tuned, "--save-adapters", adapters});
+    const std::string printed = run_output(words);
+    REQUIRE(contains(printed, "LoRA: rank 4, alpha 4, on attention and feed-forward: 16 adapted matrices, 2304 "
+                              "trainable parameters (39.92% of the model's 5771; the base frozen)\n"));
+    Lab lab;
+    const std::string loaded = web_answer(lab, "load", opened(flags, read_all(m)), 0);
+    INFO(loaded);
+    CHECK(json_field(loaded, "step") == 0);  // a run of its own, from step 1
+    CHECK(json_field(loaded, "last") == 60);
+    CHECK(json_field(loaded, "trainable") == 2304);
+    CHECK(json_field(loaded, "adapters") == 32);
+    CHECK(contains(loaded, "\"tuning\":\"fine-tuning: a run of its own, from step 1; first trained on task sort, "
+                           "seq_len 5, min_len 5\\u000aLoRA: rank 4, alpha 4, on attention and feed-forward"));
+    for (int rows = 0; rows < 2; rows++) {
+        CHECK(json_field(web_answer(lab, "train", "", 30), "step") == 30 * (rows + 1));
+        const std::string row = web_answer(lab, "evaluate", "", 0);
+        const std::size_t at = row.find("\"line\":\"") + 8;
+        const std::string line = row.substr(at, row.rfind('"') - at);
+        INFO(line);
+        CHECK(contains(printed, "\n" + line + "\n"));
+    }
+    CHECK(lab.checkpoint() == read_all(tuned));
+    CHECK(lab.adapters() == read_all(adapters));
+    CHECK(contains(web_answer(lab, "quantize", "", 8), "--quantize with --lora: quantize the model first"));
+    Lab plain;  // no adapters: nothing for the adapters' Download
+    web_answer(plain, "load", opened("--steps 10", read_all(m)), 0);
+    CHECK(contains(web_answer(plain, "adapters", "", 0), "no adapters"));
+    CHECK(contains(web_answer(plain, "load", opened("--lora 17", read_all(m)), 0), "--lora 17: above the smaller side"));
+    // An 8-bit base: frozen without adapters, trained with them.
+    const std::string m8 = dir.file("m8.txt");
+    run_output({"--load", m, "--quantize", "8", "--save", m8});
+    Lab quantized;
+    CHECK(contains(web_answer(quantized, "load", opened("--steps 10", read_all(m8)), 0), "cannot_train"));
+    const std::string qlora = web_answer(quantized, "load", opened("--lora 2 --steps 10", read_all(m8)), 0);
+    CHECK(!contains(qlora, "cannot_train"));
+    CHECK(json_field(web_answer(quantized, "train", "", 10), "step") == 10);
 }
 
 // A quantized checkpoint opened (./sorter --load m8.txt): it evaluates and decodes with the integer model, scoring
@@ -92,7 +143,7 @@ TEST_CASE("web: a quantized checkpoint evaluates and decodes, and does not train
     REQUIRE(contains(run_output({"--load", m, "--quantize", "8", "--save", m8}),
                      "held-out: exact-match 92.9% (929/1000), token-accuracy 97.7%"));
     Lab lab;
-    std::string loaded = web_answer(lab, "load", read_all(m8), 200);  // the page's steps field: none are planned
+    std::string loaded = web_answer(lab, "load", opened("--steps 200", read_all(m8)), 0);  // the page's steps field: none are planned
     INFO(loaded);
     CHECK(json_field(loaded, "bits") == 8);
     CHECK(json_field(loaded, "step") == 300);
@@ -108,8 +159,8 @@ TEST_CASE("web: a quantized checkpoint evaluates and decodes, and does not train
     CHECK(lab.checkpoint() == read_all(m8));  // written back as it was read
     CHECK(!contains(web_answer(lab, "attention", "3 1 2 5 4", 0), "error"));
     Lab float_model;
-    CHECK(json_field(web_answer(float_model, "load", read_all(m), 200), "bits") == 0);
-    CHECK(!contains(web_answer(float_model, "load", read_all(m), 200), "cannot_train"));
+    CHECK(json_field(web_answer(float_model, "load", opened("--steps 200", read_all(m)), 0), "bits") == 0);
+    CHECK(!contains(web_answer(float_model, "load", opened("--steps 200", read_all(m)), 0), "cannot_train"));
 }
 
 // The page's Quantize, on the model it trained: the same integers as ./sorter --load FILE --quantize 8 (its
@@ -145,7 +196,7 @@ TEST_CASE("web: a checkpoint's command line") {
     web_answer(lab, "start", "--llama --heads 4 --steps 3", 0);
     web_answer(lab, "train", "", 3);
     Lab other;
-    std::string loaded = web_answer(other, "load", lab.checkpoint(), 0);
+    std::string loaded = web_answer(other, "load", opened("", lab.checkpoint()), 0);
     CHECK(contains(loaded, "\"command\":\"--heads 4 --arch decoder-only --pos rope --act swiglu --rmsnorm --kv-heads 2 "
                            "--no-embed-scale --no-bias\""));
     CHECK(contains(loaded, "\"arch\":\"decoder-only\""));
@@ -204,38 +255,6 @@ TEST_CASE("web: bad flags and inputs are answered with an error") {
     CHECK(json_number(NAN) == "null");
 }
 
-
-// The page's form is the flag table's rows the page takes, each choice's names as the program takes them: a new
-// flag or value appears in the form without an edit to the page.
-TEST_CASE("web: the form comes from the flag table") {
-    Lab lab;
-    std::string form = web_answer(lab, "form", "", 0);
-    std::string activations;  // the names list, as the form spells it: ["relu","gelu",...]
-    for (const std::string& name : ACTIVATION_NAMES) activations += (activations.empty() ? "" : ",") + json_text(name);
-    CHECK(contains(form, "{\"name\":\"--act\",\"kind\":\"choice\",\"names\":[" + activations + "]"));
-    CHECK(contains(form, "{\"name\":\"--steps\",\"kind\":\"whole\",\"names\":[]"));
-    CHECK(contains(form, "{\"name\":\"--llama\",\"kind\":\"switch\""));
-    CHECK(contains(form, "{\"name\":\"--label-smoothing\",\"kind\":\"number\""));
-    for (const FlagGroup& g : flag_table())
-        for (const Flag& f : g.flags) CHECK(contains(form, json_text(f.name)) == page_takes(f));
-    CHECK(!contains(form, "Speed"));  // a group with no row the page takes
-}
-
-// What a command line sets, flag by flag, and the shortest command asking for the same run.
-TEST_CASE("web: settings and the shortest command") {
-    Lab lab;
-    std::string s = web_answer(lab, "settings", "--llama --pos alibi --rmsnorm --optimizer adam --heads 2", 0);
-    INFO(s);
-    CHECK(contains(s, "\"command\":\"--llama --pos alibi --optimizer adam\""));
-    CHECK(contains(s, "\"--pos\":\"alibi\""));
-    CHECK(contains(s, "\"--llama\":\"on\""));
-    CHECK(contains(s, "\"--rmsnorm\":\"on\""));
-    CHECK(contains(s, "\"--lr\":\"0.001\""));     // adam's
-    CHECK(contains(s, "\"--kv-heads\":\"1\""));   // half of --heads, --llama's
-    CHECK(contains(s, "\"--min-len\":\"\""));     // follows --seq-len
-    CHECK(contains(web_answer(lab, "settings", "--pos alibi --llama", 0), "comes before --llama"));
-    CHECK(contains(web_answer(lab, "settings", "--save x", 0), "is not for the page"));
-}
 
 // A typed input as ./sorter prints it: digits apart by commas, in brackets.
 TEST_CASE("web: an input with commas") {
