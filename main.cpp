@@ -50,12 +50,14 @@ inline bool run_alone(const Options& o) {  // false: none was asked for
 inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) {
     origin.seed = long(o.seed);
     if (o.load_path.empty()) return Transformer(o.model, o.seed);
-    const long steps = o.train.steps;
-    const bool trains = steps > 0 || o.finish || o.speed || o.step_cost;
+    const bool trains = o.train.steps > 0 || o.finish || o.speed || o.step_cost;
+    long steps = o.train.steps;
     Transformer model = load_checkpoint(o.load_path, o.data, o.train, state, origin);
+    if (o.finish) steps = steps_left(o.load_path, origin, state.updates);  // (workbench/files.hpp)
+    check_run_under_way(o, model, state, origin);  // a LoRA run's file before its end holds adapters (lora.hpp)
     const bool other_data = tune_data(o, origin, model);  // --task, --seq-len, --min-len (workbench/lora.hpp)
-    if (model.config.bits > 0 && trains && !has_adapters(o))  // (--quantize with training: parse_options refuses;
-                                                               // adapters train over a quantized base, chapter 12)
+    const bool adapted = !adapters_of(model).empty() || has_adapters(o);  // adapters train over a quantized base
+    if (model.config.bits > 0 && trains && !adapted)  // (--quantize with training: parse_options refuses)
         fail("--load " + cannot_train_text(o.load_path, model.config.bits));  // workbench/quantize.hpp
     if (trains)
         if (std::string problem = step_memory_problem(model.config, o.data, o.train, threads.count(), o.load_path);
@@ -66,7 +68,7 @@ inline Transformer build_or_load(Options& o, TrainState& state, Origin& origin) 
                  o.quantize_bits, o.load_path.c_str(), model.config.bits));
     if (o.quantize_bits > 0) quantize_model(model, o.quantize_bits);  // workbench/quantize.hpp
     reach_length(model, o.test_len, o.load_path);  // the length lab goes past the trained lengths
-    o.train.steps = o.finish ? steps_left(o.load_path, origin, state.updates) : steps;
+    o.train.steps = steps;
     fine_tune_loaded(o, model, state, origin, other_data);  // its settings, its adapters (workbench/lora.hpp)
     return model;
 }
@@ -126,7 +128,7 @@ inline History train_run(const Options& o, const Dataset& data, Transformer& mod
         if (saving) {  // before the evaluation; and never weights that a checkpoint cannot hold
             std::string what = unstorable(model);
             if (!what.empty()) diverged(o, history, step, "after its update, " + what);
-            if (has_adapters(o)) save_fine_tuned(o, model, state, origin);  // merged, or adapters alone
+            if (!adapters_of(model).empty()) save_fine_tuned(o, model, state, origin);  // merged once done (lora.hpp)
             else save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
             history.saved_at = step;
         }
@@ -178,7 +180,7 @@ inline int run(Options o) {
     }
     const long updates = origin.loaded_updates < 0 ? state.updates : origin.loaded_updates;  // the file's
     std::string loaded = o.load_path.empty() ? "" : loaded_text(o, updates) + first_task_text(origin) +
-                                                   lora_text(model, o);  // fine-tuning (workbench/lora.hpp)
+                                                   lora_text(model);  // fine-tuning (workbench/lora.hpp)
     const bool trains = o.load_path.empty() || o.train.steps > 0;
     if (!trains) enter_phase(Phase::after_training);  // a loaded model, scored from here on: a signal cuts it short
     std::printf("%s", loaded.c_str());

@@ -164,6 +164,24 @@ template <class Model> ParamList adapters_of(Model& model) {
     });
     return list;
 }
+// Their scale s (every adapter has the same), and where they sit: on W_q W_v alone, or on every matrix (a checkpoint
+// of a run under way names both, workbench/checkpoint.hpp).
+template <class Model> double adapters_scale(Model& model) {
+    using Linear_ = std::decay_t<decltype(model.out)>;
+    double s = 0.0;
+    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
+        if (linear.lora.on()) s = linear.lora.s;
+    });
+    return s;
+}
+template <class Model> LoraOn adapters_on(Model& model) {
+    using Linear_ = std::decay_t<decltype(model.out)>;
+    std::size_t on_qv = 0;
+    each_adaptable<Model, Linear_>(model, LoraOn::qv, [&](const std::string&, Linear_& linear) {
+        on_qv += linear.lora.on();
+    });
+    return 2 * on_qv == adapters_of(model).size() ? LoraOn::qv : LoraOn::all;
+}
 // What training moves: the adapters, when the model has any; else every parameter (the first part's rule).
 template <class Model> ParamList trained_parameters(Model& model) {
     ParamList adapters = adapters_of(model);

@@ -13,7 +13,9 @@
 # signal having written a whole report, which says it was cut short when a figure before it was.
 # KILL: a --save-every 50 run of 2,000 steps (dropout, Adam, the linear schedule) is killed outright at a moment
 # drawn over its training, then finished with --finish; its checkpoint must equal the uninterrupted run's, byte
-# for byte. (SIGKILL cannot be caught: a save under way leaves its temporary, which is removed first.)
+# for byte. (SIGKILL cannot be caught: a save under way leaves its temporary, which is removed first.) Every second
+# such run is a LoRA fine-tuning of that run's checkpoint instead (2,000 steps, adapters on every matrix, dropout
+# still on): its file before the end keeps the adapters apart, and the finished one is the merged model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 INT=${1:-40} TERM_RUNS=${2:-10} HUP=${3:-10} KILL_RUNS=${4:-10} LOADED=${5:-10}
@@ -135,30 +137,39 @@ if [ "$LOADED" -gt 0 ]; then
 fi
 
 KRUN=(--steps 2000 --dropout 0.1 --optimizer adam --eval-every 1000000)
+TUNE=(--load "$WORK/kill/whole1.txt" --lora 2 --lora-on all --steps 2000 --eval-every 1000000)  # LoRA, on KRUN's file
 kill_whole() { "$BIN" "${KRUN[@]}" --save "$WORK/kill/whole$1.txt"; }
-kill_run() {  # N: a run killed at a random moment, then finished; its checkpoint against the whole run's
-  local k="$WORK/kill/k$1.txt" at pid kept
-  at=$(moment "$kspan")
-  "$BIN" "${KRUN[@]}" --save "$k" --save-every 50 >/dev/null 2>&1 &
+tune_whole() { "$BIN" "${TUNE[@]}" --save "$WORK/kill/tuned$1.txt"; }
+kill_run() {  # N: a run killed at a random moment, then finished; its checkpoint against the whole run's (even N: LoRA)
+  local k="$WORK/kill/k$1.txt" at pid kept run=("${KRUN[@]}") whole="$WORK/kill/whole1.txt" span=$kspan kind=""
+  if [ $(($1 % 2)) -eq 0 ]; then run=("${TUNE[@]}") whole="$WORK/kill/tuned1.txt" span=$tspan kind=" (LoRA)"; fi
+  at=$(moment "$span")
+  "$BIN" "${run[@]}" --save "$k" --save-every 50 >/dev/null 2>&1 &
   pid=$!
   sleep "$at"
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   rm -f "$k".tmp-*
-  if [ ! -f "$k" ]; then echo "  SIGKILL at $at s: before the first checkpoint"; return; fi
+  if [ ! -f "$k" ]; then echo "  SIGKILL$kind at $at s: before the first checkpoint"; return; fi
   kept=$(grep -m1 '^updates ' "$k" | cut -d' ' -f2)
-  if [ "$kept" -lt 2000 ]; then "$BIN" --load "$k" --finish --save "$k" >/dev/null 2>&1 || fail "--finish from step $kept"; fi
-  if cmp -s "$k" "$WORK/kill/whole1.txt"; then echo "  SIGKILL at $at s: checkpoint of step $kept, finished"
-  else fail "SIGKILL at $at s (step $kept): not the same bytes"; echo "  SIGKILL at $at s: step $kept, NOT the same bytes"; fi
+  if grep -q '^planned_steps 2000$' "$k" && [ "$kept" -lt 2000 ]; then  # (a LoRA run's end is merged: no plan)
+    "$BIN" --load "$k" --finish --save "$k" >/dev/null 2>&1 || fail "--finish$kind from step $kept"
+  else kept=2000; fi
+  if cmp -s "$k" "$whole"; then echo "  SIGKILL$kind at $at s: checkpoint of step $kept, finished"
+  else fail "SIGKILL$kind at $at s (step $kept): not the same bytes"; echo "  SIGKILL$kind at $at s: step $kept, NOT the same bytes"; fi
 }
 if [ "$KILL_RUNS" -gt 0 ]; then
   mkdir -p "$WORK/kill"
   kspan=$(seconds_of several "$JOBS" kill_whole)
   for j in $(seq 2 "$JOBS"); do cmp -s "$WORK/kill/whole1.txt" "$WORK/kill/whole$j.txt" || fail "two whole runs differ"; done
+  tspan=$(seconds_of several "$JOBS" tune_whole)
+  for j in $(seq 2 "$JOBS"); do cmp -s "$WORK/kill/tuned1.txt" "$WORK/kill/tuned$j.txt" || fail "two LoRA runs differ"; done
   lines=$(several "$KILL_RUNS" kill_run)
   echo "$lines"
   same=$(grep -c ", finished$" <<< "$lines") none=$(grep -c "before the first checkpoint" <<< "$lines")
-  echo "SIGKILL, $KILL_RUNS runs over $kspan s: $same finished byte-identical to the whole run, $none killed before the first checkpoint"
+  lora=$(grep ", finished$" <<< "$lines" | grep -c "(LoRA)")
+  echo "SIGKILL, $KILL_RUNS runs over $kspan s ($tspan s for LoRA): $same finished byte-identical to the whole run" \
+       "($lora of them LoRA), $none killed before the first checkpoint"
 fi
 if [ -s "$WORK/failures" ]; then echo "make signals: $(wc -l < "$WORK/failures") failures"; exit 1; fi
 echo "make signals: every check passed"

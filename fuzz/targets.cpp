@@ -4,7 +4,8 @@
 // and -DFUZZ_<TARGET>, then runs it for FUZZ_SECONDS (default 60) from its seed corpus in
 // fuzz/corpus/<target>/. A target passes when no input crashes, hangs, leaks or trips a sanitizer:
 // a bad input may only end in the UsageError whose one line main() prints.
-//   checkpoint   read_checkpoint: the --load file (float64 and quantized: tiny-q4.txt, tiny-q8.txt)
+//   checkpoint   read_checkpoint: the --load file (float64 and quantized: tiny-q4.txt, tiny-q8.txt; a LoRA run under
+//                way, its adapters and their running means: tiny-lora.txt)
 //   train_data   read_train_data: the --train-data file
 //   options      parse_options: a command line (the input's words, split at NUL or newline)
 //   pictures     a model read from a checkpoint, then every picture drawn from it: the terminal

@@ -29,17 +29,22 @@ inline void write_matrix(FILE* f, const Matrix& m) {  // one line per row
 }
 inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, const TrainConfig& t,
                              const TrainState& state, const Origin& origin) {  // the whole file
-    const int version = std::max(version_for(model.config), origin.fine_tuned ? FINE_TUNED_VERSION : 0);
     Settings s;
     s.model = model.config, s.data = d, s.train = t, s.seed = origin.seed, s.updates = state.updates;
     s.planned_steps = origin.planned_steps, s.draws = state.batch_draws.state;
     s.position_draws = model.position_draws.state, s.dropout_draws = model.dropout_draws.state;
     s.trained_on = origin.fine_tuned ? origin.trained_on : d;
+    const ParamList adapters = adapters_of(model);  // a LoRA run under way's (chapter 12), or none
+    if (!adapters.empty()) {
+        s.lora_rank = adapters[0].second->value.cols;
+        s.lora_scale = adapters_scale(model), s.lora_on = adapters_on(model);
+    }
+    const int version = std::max(version_for(s), origin.fine_tuned ? FINE_TUNED_VERSION : 0);
     const Optimizer& opt = state.optimizer;
     s.train.optimizer = opt.kind;  // the optimizer training holds
     std::fprintf(f, "sorter-checkpoint %d\n", version);
     write_settings(f, header_table(), s, version);
-    auto params = model.parameters();
+    const ParamList params = parameters_and_adapters(model), trained = trained_parameters(model);
     std::fprintf(f, "tensors %zu\n", params.size());
     for (auto& [name, p] : params) {
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
@@ -50,12 +55,14 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     write_settings(f, training_table(), s, version);
     if (origin.train_lines > 0)  // only after --train-data: files of generated data are as they were
         std::fprintf(f, "train_data %ld %llu\n", origin.train_lines, (unsigned long long)origin.train_fingerprint);
-    for (std::size_t k = 0; k < opt.m.size() && opt.running_means() > 0 && model.config.bits == 0; k++) {  // none
-                                                                 // before the first update, none when quantized
-        std::fprintf(f, "m %s\n", params[k].first.c_str());
+    // The running means of what trains: none before the first update; none for a quantized model, which never trains,
+    // but for the adapters a quantized base trains (chapter 12).
+    const bool kept = opt.running_means() > 0 && (model.config.bits == 0 || !adapters.empty());
+    for (std::size_t k = 0; k < opt.m.size() && kept; k++) {
+        std::fprintf(f, "m %s\n", trained[k].first.c_str());
         write_matrix(f, opt.m[k]);
         if (opt.running_means() < 2) continue;
-        std::fprintf(f, "s %s\n", params[k].first.c_str());
+        std::fprintf(f, "s %s\n", trained[k].first.c_str());
         write_matrix(f, opt.s[k]);
     }
     std::fprintf(f, "end\n");
@@ -128,8 +135,9 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
         origin.train_lines = r.whole("train_data", 1, MAX_TRAIN_LINES);
         origin.train_fingerprint = r.whole_u64("", r.line);
     }
-    if (state.updates == 0 || opt.running_means() == 0 || model.config.bits > 0) return;  // (quantized: never kept)
-    for (auto& [name, p] : model.parameters()) {
+    if (state.updates == 0 || opt.running_means() == 0 || (model.config.bits > 0 && adapters_of(model).empty()))
+        return;  // (quantized: never kept, but for the adapters over it)
+    for (auto& [name, p] : trained_parameters(model)) {
         opt.m.emplace_back(p->value.rows, p->value.cols);
         if (opt.running_means() == 2) opt.s.emplace_back(p->value.rows, p->value.cols);
         for (const char* which : {"m", "s"}) {
@@ -156,12 +164,11 @@ inline void read_training(WordReader& r, Transformer& model, TrainConfig& t, Tra
     }
 }
 
-// The header (header_table), then the values that must agree.
-inline void read_header(WordReader& r, ModelConfig& c, DataConfig& d, int version) {
-    Settings s;
-    s.model = c, s.data = d;  // what the file does not list stays as it was
-    read_settings(r, header_table(), s, version);
-    c = s.model, d = s.data;
+// The header (header_table) into s, then the values that must agree.
+inline void read_header(WordReader& r, Settings& s, int version) {
+    read_settings(r, header_table(), s, version);  // what the file does not list stays as it was
+    const ModelConfig& c = s.model;
+    const DataConfig& d = s.data;
     std::string header = r.where + " header: ";  // two header values that disagree
     SettingsProblem problem = settings_problem(c);  // said as the lines say them: "n_heads 3 with d_model 16: ..."
     std::string named;
@@ -200,7 +207,7 @@ inline void check_room_for(WordReader& r, Transformer& model) {
 
 // The tensors, which must match the model the header describes, name by name and shape by shape.
 inline void read_tensors(WordReader& r, Transformer& model, long count) {
-    auto params = model.parameters();
+    auto params = parameters_and_adapters(model);  // a LoRA run under way's adapters after the base's (chapter 12)
     if (count != long(params.size()))
         r.error(fmt("the header lists %ld tensors; this configuration has %zu", count, params.size()));
     for (auto& [name, p] : params) {
@@ -232,35 +239,45 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     std::string magic = r.next();
     if (magic != "sorter-checkpoint")
         r.error("not a sorter checkpoint (the first word should be 'sorter-checkpoint', found '" + magic + "')");
-    std::string version = r.expect("the format version");
-    if (version.size() != 1 || version[0] < '1' || version[0] > '0' + newest_version())
-        r.error("format version " + version + fmt(" is not supported (this program reads versions 1 to %d)",
-                                                  newest_version()));
-    ModelConfig c;
-    read_header(r, c, d, std::stoi(version));
+    const std::string word = r.expect("the format version");
+    long version = 0;  // a number: version 10 came after 9
+    if (!parse_whole(word, 1, newest_version(), version) || word != std::to_string(version))
+        r.error("format version " + word + fmt(" is not supported (this program reads versions 1 to %d)",
+                                               newest_version()));
+    Settings s;
+    s.data = d;
+    read_header(r, s, int(version));
+    d = s.data;
     long count = r.whole("tensors", 1, 1000);
-    Transformer model(c, 0);
+    Transformer model(s.model, 0);
+    if (s.lora_rank > 0) {  // a LoRA run under way: its adapters, whose values come after the base's tensors
+        Rng unused(1);
+        add_adapters(model, s.lora_rank, s.lora_scale * s.lora_rank, s.lora_on, unused);
+        each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
+            if (linear.lora.on()) linear.lora.s = s.lora_scale;  // as kept (alpha / R again might round otherwise)
+        });
+    }
     check_room_for(r, model);
     read_tensors(r, model, count);
     t = TrainConfig(), state = TrainState(t, 1), origin = Origin();  // version 1 keeps no training: --steps starts
                                                                      // afresh with the training flags' defaults
-    std::string w = r.next(), last = version == "1" ? "'end'" : "'training'";
-    if (w.empty() || r.cut_inside(w, version == "1" ? "end" : "training"))
+    std::string w = r.next(), last = version == 1 ? "'end'" : "'training'";
+    if (w.empty() || r.cut_inside(w, version == 1 ? "end" : "training"))
         r.error("the file ends early (truncated): expected " + last);
     if (w == "tensor") {
         std::string extra = r.next();
         if (extra.empty()) r.error("the file ends early (truncated): expected " + last);
         r.error("unknown tensor '" + extra + "' after the last one this configuration has");
     }
-    if (version != "1" && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
-    if (version != "1") read_training(r, model, t, state, origin, std::stoi(version));
-    if (std::stoi(version) < FINE_TUNED_VERSION) origin.trained_on = d;  // trained on its own data
+    if (version != 1 && w != "training") r.error("expected 'training' after the last tensor, found '" + w + "'");
+    if (version != 1) read_training(r, model, t, state, origin, int(version));
+    if (version < FINE_TUNED_VERSION) origin.trained_on = d;  // trained on its own data
     origin.trained_on.max_digit = d.max_digit;  // (one vocabulary: fine-tuning keeps the digits)
     origin.fine_tuned = !same_data(origin.trained_on, d);
     if (origin.fine_tuned && origin.trained_on.min_len > origin.trained_on.seq_len)
         r.error(fmt("trained_min_len %d is above trained_seq_len %d", origin.trained_on.min_len,
                     origin.trained_on.seq_len));
-    if (version != "1") w = r.expect("'end'");
+    if (version != 1) w = r.expect("'end'");
     if (r.cut_inside(w, "end")) r.error("the file ends early (truncated): expected 'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
     w = r.next();

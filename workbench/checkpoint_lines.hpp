@@ -12,6 +12,7 @@
 
 constexpr int TODAYS_VERSION = 6;  // the version that brought today's blocks (settings.hpp's is_todays)
 constexpr int FINE_TUNED_VERSION = 9;  // the version that keeps a fine-tuned model's first data (trained_task ...)
+constexpr int LORA_VERSION = 10;       // the version that keeps a LoRA run under way: its adapters (lora_rank ...)
 // Two data settings the same: the task and the lengths (the digits a model reads are its vocabulary's).
 inline bool same_data(const DataConfig& a, const DataConfig& b) {
     return a.task == b.task && a.seq_len == b.seq_len && a.min_len == b.min_len && a.max_digit == b.max_digit;
@@ -27,6 +28,9 @@ struct Settings {
     long updates = 0;                                           // where training stands: TrainState's
     uint64_t draws = 0, position_draws = 0, dropout_draws = 0;  // the generators' states
     DataConfig trained_on;                                      // Origin's: the data it was first trained on
+    int lora_rank = 0;                                          // a LoRA run under way's adapters (0: none), their
+    double lora_scale = 0.0;                                    //   scale s = alpha / R, and where they sit
+    LoraOn lora_on = LoraOn::qv;                                //   (chapter 12)
     int version = 0;                                            // the file's, as it is read
 };
 template <typename S, typename T> auto& member(S& s, T Settings::*m) { return s.*m; }
@@ -142,6 +146,15 @@ inline const std::vector<SettingRow>& header_table() {
          }},
         whole_setting("shared_experts", 8, 0, MAX_SHARED_EXPERTS, &M::shared_experts),
         number_setting("balance", 8, 0, MAX_BALANCE, &M::balance),
+        // Version 10: a LoRA run under way (chapter 12) keeps its adapters apart from the base, so that --finish trains
+        // on bit for bit: these lines, then the adapters' tensors after the base's. Any other model (a finished LoRA
+        // run's is merged: workbench/lora.hpp's save_fine_tuned) is written as before, without them. The scale itself
+        // is kept, not alpha: alpha / R worked out again from s R could differ from s in its last bit.
+        {"lora_rank", LORA_VERSION, [](const Settings& s) { return std::to_string(s.lora_rank); },
+         [](Settings& s, WordReader& r) { s.lora_rank = int(r.whole("lora_rank", 0, MAX_LORA_RANK)); },
+         [](const Settings& s) { return s.lora_rank > 0 ? LORA_VERSION : 0; }},
+        number_setting("lora_scale", LORA_VERSION, 0, MAX_LORA_ALPHA, &Settings::lora_scale),
+        choice_setting("lora_on", LORA_VERSION, LORA_ON_NAMES, &Settings::lora_on),
         choice_setting("task", 1, TASK_NAMES, &D::task),
         whole_setting("seq_len", 1, 1, MAX_SEQ_LEN, &D::seq_len),
         whole_setting("min_len", 1, 1, MAX_SEQ_LEN, &D::min_len),
@@ -213,9 +226,7 @@ inline int newest_version() {
         for (const SettingRow& row : *table) newest = std::max(newest, row.version);
     return newest;
 }
-inline int version_for(const ModelConfig& c) {
-    Settings s;
-    s.model = c;
+inline int version_for(const Settings& s) {
     int version = 5;
     for (const SettingRow& row : header_table())
         if (row.needs) version = std::max(version, row.needs(s));

@@ -198,6 +198,9 @@ inline void check_train_data(const std::string& load_path, const std::string& tr
 }
 // --finish: the steps a loaded run had left, from the plan its checkpoint keeps.
 inline long steps_left(const std::string& path, const Origin& origin, long updates) {
+    if (origin.planned_steps < 0 && updates == 0)  // (a version 1 file too: it keeps no training)
+        fail("--finish: " + path + " holds no run under way (no update made, no steps planned: a fine-tuned model "
+             "saved merged starts a count of its own); give --steps N to train it");
     if (origin.planned_steps < 0)
         fail("--finish: " + path + " does not say how many steps its run planned (it comes from a checkpoint older "
              "than version 5); give --steps N to train N steps more");

@@ -100,6 +100,7 @@ inline std::string finish_command(const Options& o) {
     std::string c = "./sorter --load " + shell_word(o.save_path) + " --finish --save " + shell_word(o.save_path);
     if (o.save_every > 0) c += fmt(" --save-every %ld", o.save_every);
     if (!o.train_data_path.empty()) c += " --train-data " + shell_word(o.train_data_path);
+    if (!o.save_adapters_path.empty()) c += " --save-adapters " + shell_word(o.save_adapters_path);
     return c;
 }
 

@@ -50,22 +50,16 @@ inline uint64_t base_fingerprint(Transformer& model) {
         }
     return h;
 }
-inline double adapters_scale(Transformer& model) {
-    double s = 0.0;
-    each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
-        if (linear.lora.on()) s = linear.lora.s;
-    });
-    return s;
-}
 // "LoRA: rank 4, alpha 4 on W_q W_v: 16 matrices, 1,024 trainable parameters, 2.1% of the model's 49,000".
-inline std::string lora_text(Transformer& model, const Options& o) {
+inline std::string lora_text(Transformer& model) {
     const ParamList adapters = adapters_of(model);
     if (adapters.empty()) return "";
     const long trained = values_of(adapters), base = values_of(model.parameters());
+    const int R = adapters[0].second->value.cols;
     return fmt("LoRA: rank %d, alpha %g, on %s: %zu adapted matrices, %ld trainable parameters (%.2f%% of the "
-               "model's %ld; the base frozen%s)\n", adapters[0].second->value.cols,
-               adapters_scale(model) * adapters[0].second->value.cols, o.lora_on == LoraOn::all ? "attention and "
-               "feed-forward" : "W_q W_v", adapters.size() / 2, trained, 100.0 * trained / base, base,
+               "model's %ld; the base frozen%s)\n", R, adapters_scale(model) * R,
+               adapters_on(model) == LoraOn::all ? "attention and feed-forward" : "W_q W_v", adapters.size() / 2,
+               trained, 100.0 * trained / base, base,
                model.config.bits > 0 ? fmt(", %d bits", model.config.bits).c_str() : "");
 }
 
@@ -111,7 +105,7 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
     Rng unused(1);
     add_adapters(model, int(R), alpha, LoraOn::all, unused);
     ParamList all = adapters_of(model);
-    std::vector<std::string> named;
+    std::vector<std::string> named, read;  // the adapted Ws the file names; its tensors
     for (long k = 0; k < count; k++) {
         std::string w = r.next();
         if (w.empty()) r.error(fmt("the file ends early (truncated): %ld of its %ld tensors", k, count));
@@ -125,10 +119,23 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
             r.error("tensor '" + name + "' has another shape than " + shape_text(at->second->value));
         read_values(r, "tensor '" + name + "'", at->second->value);
         named.push_back(name.substr(0, name.rfind('.')));
+        read.push_back(name);
     }
     std::string w = r.next();
     if (w.empty()) r.error("the file ends early (truncated): expected 'end'");
     if (w != "end") r.error("expected 'end', found '" + w + "'");
+    auto pairs = [&](LoraOn on) {  // the tensors --save-adapters writes for adapters on `on`, sorted
+        std::vector<std::string> names;
+        each_adaptable<Transformer, Linear>(model, on, [&](const std::string& name, Linear&) {
+            names.push_back(name + ".lora_A"), names.push_back(name + ".lora_B");
+        });
+        std::sort(names.begin(), names.end());
+        return names;
+    };
+    std::sort(read.begin(), read.end());  // (so that a checkpoint of a run under way can say where they sit: lora_on)
+    if (read != pairs(LoraOn::qv) && read != pairs(LoraOn::all))
+        r.error("its tensors are not A and B of each W_q and W_v, or of every matrix, once each, as --save-adapters "
+                "writes them");
     each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
         if (std::find(named.begin(), named.end(), name) == named.end()) linear.lora = Adapter();  // not in the file
     });
@@ -218,9 +225,33 @@ inline void print_first_task(Transformer& model, const Origin& origin, const Dec
 }
 
 // ---------------------------------------------------------------------------------------------
-// Saving a fine-tuned run. --save-adapters FILE: the adapters alone. --save FILE: the model merged (W + s A B, one
-// float checkpoint; a quantized base's merged matrices quantized again to its bits, which rounds the merge). The
-// merged file starts its own training count: the optimizer's running means were the adapters', not its weights'.
+// Saving a fine-tuned run. --save-adapters FILE: the adapters alone. --save FILE: a run done, the model merged (W +
+// s A B, one float checkpoint; a quantized base's merged matrices quantized again to its bits, which rounds the
+// merge), which loads and runs with no flag; the merged file starts its own training count: the optimizer's running
+// means were the adapters', not its weights'. A run under way (--save-every before its last step, or a signal that
+// stopped it) cannot be merged and go on bit for bit (A and B are not to be had back from W + s A B, nor their running
+// means used on it): its file keeps the base as loaded, the adapters apart from it and their running means (the
+// checkpoint's version 10), and --finish trains on from it to the end, where the run saves the merged model.
+inline bool run_under_way(const TrainState& state, const Origin& origin) {
+    return state.updates < origin.planned_steps;
+}
+// A file of a LoRA run under way trains on (--finish, --steps N) or is scored as it is: new adapters, other data and
+// --quantize are for the merged model the finished run saves. --save-adapters needs adapters, new or loaded.
+inline void check_run_under_way(const Options& o, Transformer& model, const TrainState& state, const Origin& origin) {
+    if (adapters_of(model).empty()) {
+        if (!o.save_adapters_path.empty() && !has_adapters(o))
+            fail("--save-adapters writes the adapters: add --lora R (--load " + o.load_path + " holds none)");
+        return;
+    }
+    const std::string flag = o.lora_rank > 0 ? fmt("--lora %d", o.lora_rank) : !o.adapters_path.empty() ? "--adapters"
+                             : o.tune_task >= 0 ? "--task" : o.tune_seq_len > 0 ? "--seq-len"
+                             : o.tune_min_len > 0 ? "--min-len"
+                             : o.quantize_bits > 0 ? fmt("--quantize %d", o.quantize_bits) : "";
+    if (!flag.empty())
+        fail(fmt("%s: --load %s holds a LoRA run under way (step %ld of %ld, its adapters apart from the base); finish "
+                 "it (--load %s --finish --save FILE), then use the merged model it saves", flag.c_str(),
+                 o.load_path.c_str(), state.updates, origin.planned_steps, o.load_path.c_str()));
+}
 inline Transformer merged_copy(Transformer& model) {
     Transformer merged = model;
     std::vector<std::string> adapted;
@@ -254,6 +285,7 @@ inline void save_fine_tuned(const Options& o, Transformer& model, const TrainSta
         write_atomically(o.save_adapters_path, "--save-adapters",
                          [&](FILE* f) { write_adapters(f, model, base_fingerprint(model)); });
     if (o.save_path.empty()) return;
+    if (run_under_way(state, origin)) return save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
     MergedRun merged = merged_run(o, model, state, origin);
     save_checkpoint(o.save_path, merged.model, o.data, o.train, merged.state, merged.origin);
 }

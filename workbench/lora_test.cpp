@@ -33,7 +33,9 @@ TEST_CASE("lora: flags that make no sense are one line naming the fix") {
     CHECK(contains(parse_error({"--load", "m.txt", "--lora-alpha", "8"}), "--lora-alpha sets the adapters' scale: "
                                                                            "add --lora R"));
     CHECK(contains(parse_error({"--load", "m.txt", "--lora-on", "all"}), "add --lora R"));
-    CHECK(contains(parse_error({"--load", "m.txt", "--save-adapters", "a.txt"}), "add --lora R"));
+    CHECK(contains(parse_error({"--save-adapters", "a.txt"}), "add --lora R"));
+    // with --load, the file decides (a LoRA run under way holds adapters): signals_test.cpp has the refusal
+    CHECK(parse_error({"--load", "m.txt", "--save-adapters", "a.txt"}) == "");
     CHECK(contains(parse_error({"--adapters", "a.txt"}), "add --load FILE, the model they were trained on"));
     CHECK(contains(parse_error({"--load", "m.txt", "--adapters", "a.txt", "--lora", "2"}), "not both"));
     CHECK(contains(parse_error({"--load", "m.txt", "--lora", "2", "--quantize", "8"}), "quantize the model first"));
@@ -75,8 +77,16 @@ TEST_CASE("lora: the adapters' file reads back to the same bits, on its base alo
                    "was trained on another base (fingerprint"));
     CHECK(contains(usage_error_of([&] { read_adapters(path, "other.txt", other); }), "load the model they were "
                                                                                       "trained on"));
-    // Cut short anywhere: one line, never a crash.
+    // Not A and B of each W_q and W_v, or of every matrix, once each (a tensor left out): one line.
     const std::string text = read_all(path);
+    const std::size_t last = text.rfind("tensor ");
+    const std::string count = fmt("tensors %zu\n", want.size());
+    std::ofstream(dir.file("short.txt")) << replace_once(text.substr(0, last), count,
+                                                         fmt("tensors %zu\n", want.size() - 1)) + "end\n";
+    Transformer short_of_one = base;
+    CHECK(contains(usage_error_of([&] { read_adapters(dir.file("short.txt"), "m.txt", short_of_one); }),
+                   "its tensors are not A and B of each W_q and W_v, or of every matrix, once each"));
+    // Cut short anywhere: one line, never a crash.
     for (std::size_t cut : {std::size_t(5), text.size() / 3, text.size() / 2, text.size() - 5}) {
         std::ofstream(dir.file("cut.txt")) << text.substr(0, cut);
         Transformer fresh = base;
@@ -104,6 +114,61 @@ TEST_CASE("lora: the merged checkpoint loads with no flag, with the adapted mode
     INFO("largest difference ", worst);
     CHECK(worst < 1e-12);
     CHECK(largest_difference(logits_of(base, d), logits_of(tuned, d)) > 1e-3);  // the adapters did change it
+}
+
+// A run under way (its planned steps not all made) is saved unmerged: the base as it was, the adapters apart with their
+// scale itself (1/3 here, which alpha / R worked out again from s R need not give) and where they sit, and their
+// optimizer's running means (version 10). Read back, it trains on to the same bits as the run that never stopped; on a
+// quantized base too, whose integers stay as they were. A file that says where the adapters sit wrongly is one line.
+TEST_CASE("lora: a run under way is saved with its adapters apart, and goes on to the same bits") {
+    using namespace lora_workbench_test;
+    for (int bits : {0, 8}) {
+        INFO("bits ", bits);
+        ModelConfig c;
+        DataConfig d;
+        Transformer tuned = small_trained_model(c, d);
+        if (bits > 0) printed_by([&] { quantize_model(tuned, bits); });
+        Rng rng(5);
+        add_adapters(tuned, 3, 1.0, LoraOn::all, rng);
+        Options o;
+        o.data = d, o.train.optimizer = OptimizerKind::adam, o.train.lr = 0.01, o.train.batch = 4;
+        const Dataset data(d, {}, 20, 5);
+        TrainState state(o.train, 9);
+        Origin origin;
+        origin.planned_steps = 6;
+        for (int step = 0; step < 3; step++) train_step(tuned, data, o.train, state, 6);
+        TempDir dir("lora-under-way");
+        o.save_path = dir.file("u.txt");
+        save_fine_tuned(o, tuned, state, origin);
+        const std::string text = read_all(o.save_path);
+        CHECK(text.rfind("sorter-checkpoint 10\n", 0) == 0);
+        CHECK(contains(text, "\nlora_rank 3\nlora_scale 0.33333333333333331\nlora_on all\n"));
+        CHECK(contains(text, "\nupdates 3\nplanned_steps 6\n"));
+        CHECK(contains(text, "\nm encoder.0.self_attn.W_q.lora_A\n"));  // the running means: the adapters' alone
+        CHECK(!contains(text, "\nm embed.table\n"));
+        Kept k(d);
+        Transformer back = load_kept(o.save_path, k);
+        CHECK(adapters_scale(back) == 1.0 / 3.0);
+        CHECK(adapters_on(back) == LoraOn::all);
+        CHECK(k.state.updates == 3);
+        CHECK(k.origin.planned_steps == 6);
+        CHECK(checkpoint_text(back, k) == text);  // saved again: the same bytes
+        for (int step = 3; step < 6; step++) {
+            train_step(tuned, data, o.train, state, 6);
+            train_step(back, data, k.train, k.state, 6);
+        }
+        const ParamList want = adapters_of(tuned), got = adapters_of(back);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); i++) CHECK(got[i].second->value.data == want[i].second->value.data);
+        Kept kept(d, o.train);
+        kept.state = state, kept.origin = origin;
+        CHECK(checkpoint_text(back, k) == checkpoint_text(tuned, kept));
+        CHECK(contains(load_error(replace_once(text, "lora_on all", "lora_on qv")), "tensor"));
+        CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 10", "sorter-checkpoint 9")),
+                       "the line 'lora_rank' came in version 10"));
+        CHECK(contains(load_error(replace_once(text, "sorter-checkpoint 10", "sorter-checkpoint 010")),
+                       "format version 010 is not supported (this program reads versions 1 to 10)"));
+    }
 }
 
 TEST_CASE("lora: on a quantized base, the merged model is quantized again to its bits") {

@@ -196,7 +196,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
                       &O::load_path),
             switch_flag("--finish", "with --load and --save: train the steps its run had left when it was cut short, "
                         "on the schedule it planned, to the same bits as a run never stopped (Ctrl-C and kill keep a "
-                        "run that had --save; kill -9 and a crash, one that had --save-every)", false, true,
+                        "run that had --save; kill -9 and a crash, one that had --save-every); a fine-tuning run too, "
+                        "with the adapters, data and rate its file keeps", false, true,
                         &O::finish),
             {"--quantize", "BITS", "with --load: every matrix of a product (attention's, the feed-forward's, the output "
              "projection, the embedding table) as whole numbers of BITS bits, 2 to 8, one scale a group of 32 (8 bits: "
@@ -217,7 +218,8 @@ inline const std::vector<FlagGroup>& flag_table() {  // every flag, in the group
             whole_flag("--lora", "with --load: freeze the model and train adapters of rank R beside the chosen "
                        "matrices, each W read as W + (alpha / R) A B, A (d_in, R) small and random, B (R, d_out) "
                        "zero, so the first step is the loaded model's (Hu et al. 2021); on a quantized model too "
-                       "(QLoRA's idea); --save FILE writes the model merged; 0: none", 0, MAX_LORA_RANK, false,
+                       "(QLoRA's idea); --save FILE writes the model merged at the run's end (before it, --save-every "
+                       "keeps the adapters apart, for --finish); 0: none", 0, MAX_LORA_RANK, false,
                        &O::lora_rank),
             number_flag("--lora-alpha", "the adapters' scale is alpha / R; 0: R (a scale of 1)", 0, MAX_LORA_ALPHA,
                         false, &O::lora_alpha),
@@ -298,17 +300,22 @@ inline std::string lora_flags_problem(const Options& o, bool alpha_given, bool o
                "they were trained on";
     if (!o.adapters_path.empty() && o.lora_rank > 0)
         return "--adapters " + o.adapters_path + " brings its own rank: give --lora R or --adapters FILE, not both";
+    if (o.finish) {  // the run's adapters, data and rate are its file's (a LoRA run under way keeps its adapters there)
+        const char* flag = o.lora_rank > 0 ? "--lora" : !o.adapters_path.empty() ? "--adapters" : alpha_given ?
+                           "--lora-alpha" : on_given ? "--lora-on" : o.tune_task >= 0 ? "--task" : o.tune_seq_len > 0 ?
+                           "--seq-len" : o.tune_min_len > 0 ? "--min-len" : o.tune_lr > 0 ? "--lr" : nullptr;
+        if (flag)
+            return "--finish trains the rest of the run saved in " + o.load_path + " with the adapters, data and rate "
+                   "it keeps: drop " + flag;
+    }
     if (o.lora_rank == 0 && o.adapters_path.empty()) {
         if (alpha_given) return "--lora-alpha sets the adapters' scale: add --lora R";
         if (on_given) return "--lora-on chooses where the adapters go: add --lora R";
-        if (!o.save_adapters_path.empty()) return "--save-adapters writes the adapters: add --lora R";
+        if (!o.save_adapters_path.empty() && o.load_path.empty())  // (with --load: main.cpp, once the file is read:
+            return "--save-adapters writes the adapters: add --lora R";  // a LoRA run under way holds adapters)
     }
     if (!o.save_adapters_path.empty() && o.save_adapters_path == o.load_path)
         return "--save-adapters " + o.save_adapters_path + " names the --load file: choose another name";
-    if (o.finish && (o.lora_rank > 0 || !o.adapters_path.empty() || o.tune_task >= 0 || o.tune_seq_len > 0 ||
-                     o.tune_min_len > 0))
-        return "--finish trains the rest of the run a checkpoint was saved from; fine-tuning is a run of its own: "
-               "give --steps N";
     if (o.quantize_bits > 0 && (o.lora_rank > 0 || !o.adapters_path.empty()))
         return "--quantize with --lora: quantize the model first (--load F --quantize B --save Q), then "
                "--load Q --lora R";

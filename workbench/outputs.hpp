@@ -78,11 +78,12 @@ inline void show_after_training(const Options& o, Transformer& model, const Data
 inline void write_outputs(const Options& o, Transformer& model, const Dataset& data, const TrainState& state,
                           const Origin& origin, const Example& example, bool sort_asked, History& history) {
     if (!o.save_path.empty() || !o.save_adapters_path.empty()) {  // (written already when training ended: train_run)
-        if (!history.checkpoint_kept && has_adapters(o)) save_fine_tuned(o, model, state, origin);  // lora.hpp
+        const bool adapted = !adapters_of(model).empty(), merged = adapted && !run_under_way(state, origin);
+        if (!history.checkpoint_kept && adapted) save_fine_tuned(o, model, state, origin);  // lora.hpp
         else if (!history.checkpoint_kept) save_checkpoint(o.save_path, model, o.data, o.train, state, origin);
         for (const std::string& path : {o.save_path, o.save_adapters_path})
             if (!path.empty())
-                std::printf("saved %s%s%s\n", path.c_str(), path == o.save_path && has_adapters(o) ? " (merged)" : "",
+                std::printf("saved %s%s%s\n", path.c_str(), path == o.save_path && merged ? " (merged)" : "",
                             history.checkpoint_kept && stop_signal ? " (written as training ended)" : "");
     }
     if (!o.svg_dir.empty())

@@ -249,6 +249,57 @@ TEST_CASE("--save-every and --finish: a killed run finishes with the same bits")
                    "the run in " + whole + " made all 800 of its planned steps; to train it further, give --steps N"));
 }
 
+// A fine-tuning run killed outright and finished with --finish ends with the bytes of the run that never stopped, as a
+// run from scratch does: adapters on a float base and on an 8-bit base, and every weight fine-tuned on longer inputs;
+// each killed on 1 thread and finished on 2 (the base's batch of 64 and d_ff of 64 make the feed-forward's products
+// large enough to be cut between threads: engine/kernels.hpp's PARALLEL_WORK). Before its end a LoRA run's file keeps
+// the base as loaded, the adapters apart from it and their running means (version 10); at its end, the model merged.
+TEST_CASE("--save-every and --finish: a killed fine-tuning run finishes with the same bits") {
+    TempDir dir("finish-tuning");
+    const std::string base = dir.file("base.txt"), q8 = dir.file("q8.txt");
+    REQUIRE(run_error({"--steps", "50", "--optimizer", "adam", "--d-model", "8", "--d-ff", "64", "--batch", "64",
+                       "--save", base}) == "");
+    REQUIRE(run_error({"--load", base, "--quantize", "8", "--save", q8}) == "");
+    struct Tuning {
+        std::string name;
+        std::vector<std::string> flags;
+        bool adapters;
+    };
+    const std::vector<Tuning> tunings = {
+        {"lora", {"--load", base, "--lora", "2", "--lora-on", "all", "--lr", "0.01"}, true},
+        {"lora8", {"--load", q8, "--lora", "2", "--task", "reverse"}, true},
+        {"full", {"--load", base, "--seq-len", "6", "--min-len", "4", "--lr", "0.003"}, false}};
+    for (const Tuning& tuning : tunings) {
+        INFO(tuning.name);
+        auto with = [&](std::vector<std::string> more) {
+            more.insert(more.begin(), tuning.flags.begin(), tuning.flags.end());
+            for (const char* w : {"--steps", "200", "--eval-every", "1000000", "--threads", "1"}) more.push_back(w);
+            return more;
+        };
+        const std::string whole = dir.file(tuning.name + "-whole.txt"), killed = dir.file(tuning.name + "-killed.txt");
+        REQUIRE(run_error(with({"--save", whole})) == "");
+        pid_t pid = start_run(with({"--save", killed, "--save-every", "25"}), dir.file(tuning.name + ".log"));
+        for (int i = 0; i < 6000 && updates_in(killed) < 50; i++) usleep(1000);  // some steps in, then kill -9
+        kill(pid, SIGKILL);
+        CHECK(exit_status(pid) == -SIGKILL);
+        for (const std::string& name : dir.listing())  // a SIGKILL during a save leaves its temporary: remove it
+            if (contains(name, ".tmp-")) std::filesystem::remove(dir.file(name));
+        const std::string cut = read_all(killed);
+        const long kept = updates_in(killed);
+        INFO("killed after the checkpoint of step ", kept);
+        if (contains(cut, "\nplanned_steps 200\n") && kept < 200) {  // (else the run had ended: nothing to finish)
+            CHECK(kept % 25 == 0);
+            CHECK(kept >= 50);
+            CHECK(contains(cut, "\nlora_rank 2\n") == tuning.adapters);  // the adapters apart, with their scale
+            CHECK(cut.rfind(tuning.adapters ? "sorter-checkpoint 10\n" : "sorter-checkpoint 9\n", 0) == 0);
+            const std::string finished = run_output({"--load", killed, "--finish", "--save", killed, "--threads", "2"});
+            CHECK(contains(finished, fmt("steps %ld to 200", kept + 1)));
+            CHECK(contains(finished, tuning.adapters ? "saved " + killed + " (merged)\n" : "saved " + killed + "\n"));
+        }
+        CHECK(read_all(killed) == read_all(whole));
+    }
+}
+
 TEST_CASE("--finish and --save-every: one-line refusals") {
     TempDir dir("finish-refused");
     std::string m = dir.file("m.txt"), old = dir.file("old.txt");
@@ -269,4 +320,46 @@ TEST_CASE("--finish and --save-every: one-line refusals") {
     // trained on from it, the plan is known again: the steps made and those asked for
     REQUIRE(run_error({"--load", old, "--steps", "4", "--save", dir.file("on.txt")}).empty());
     CHECK(contains(read_all(dir.file("on.txt")), "\nupdates 9\nplanned_steps 9\n"));
+}
+
+// A LoRA run's file before its end holds its adapters: it goes on (--finish, or --steps N, and is saved merged at its
+// end) or is scored as it is. New adapters, other data and --quantize on it are one line, exit 2; so is a fine-tuning
+// flag with --finish, whatever its value (the file keeps the run's own), and --save-adapters without adapters.
+TEST_CASE("--finish of a LoRA run: one-line refusals") {
+    TempDir dir("finish-lora-refused");
+    const std::string base = dir.file("base.txt"), under_way = dir.file("u.txt"), a = dir.file("a.txt");
+    REQUIRE(run_error({"--steps", "20", "--d-model", "8", "--d-ff", "16", "--save", base}) == "");
+    pid_t pid = start_run({"--load", base, "--lora", "2", "--steps", "1000000", "--eval-every", "1000000", "--save",
+                           under_way, "--save-every", "10"}, dir.file("log"));
+    for (int i = 0; i < 6000 && updates_in(under_way) < 10; i++) usleep(1000);
+    kill(pid, SIGKILL);
+    CHECK(exit_status(pid) == -SIGKILL);
+    for (const std::string& name : dir.listing())
+        if (contains(name, ".tmp-")) std::filesystem::remove(dir.file(name));
+    const long step = updates_in(under_way);
+    REQUIRE(step >= 10);
+    const std::string holds = fmt(": --load %s holds a LoRA run under way (step %ld of 1000000, its adapters apart "
+                                  "from the base); finish it (--load %s --finish --save FILE), then use the merged "
+                                  "model it saves", under_way.c_str(), step, under_way.c_str());
+    CHECK(run_error({"--load", under_way, "--lora", "2", "--steps", "5"}) == "--lora 2" + holds);
+    CHECK(run_error({"--load", under_way, "--task", "reverse", "--steps", "5"}) == "--task" + holds);
+    CHECK(run_error({"--load", under_way, "--quantize", "8", "--save", dir.file("q.txt")}) == "--quantize 8" + holds);
+    const std::vector<std::vector<std::string>> tunings = {{"--lora", "2"}, {"--lora-on", "all"}, {"--task", "reverse"},
+                                                           {"--seq-len", "6"}, {"--lr", "0.1"}, {"--adapters", a}};
+    for (const std::vector<std::string>& flag : tunings) {
+        std::vector<std::string> args = {"--load", under_way, "--finish", "--save", under_way};
+        args.insert(args.end(), flag.begin(), flag.end());
+        CHECK(run_error(args) == "--finish trains the rest of the run saved in " + under_way + " with the adapters, "
+                                 "data and rate it keeps: drop " + flag[0]);
+    }
+    CHECK(run_error({"--load", base, "--save-adapters", a}) == "--save-adapters writes the adapters: add --lora R "
+                                                               "(--load " + base + " holds none)");
+    CHECK(contains(run_output({"--load", under_way}), "LoRA: rank 2, alpha 2, on W_q W_v: "));  // scored as it is
+    const std::string merged = dir.file("m.txt");
+    const std::string out = run_output({"--load", under_way, "--steps", "3", "--save", merged, "--save-adapters", a});
+    CHECK(contains(out, fmt("steps %ld to %ld", step + 1, step + 3)));
+    CHECK(contains(out, "saved " + merged + " (merged)\nsaved " + a + "\n"));
+    CHECK(run_error({"--load", merged, "--finish", "--save", merged}) ==
+          "--finish: " + merged + " holds no run under way (no update made, no steps planned: a fine-tuned model saved "
+          "merged starts a count of its own); give --steps N to train it");
 }

@@ -72,7 +72,7 @@ struct Lab {
     // run ./sorter's lines about it (lora_text: the trainable parameters and their share).
     std::string describe() const {
         const ModelConfig& c = model->config;
-        std::string tuning = first_task_text(origin) + lora_text(*model, options);
+        std::string tuning = first_task_text(origin) + lora_text(*model);
         if (!tuning.empty()) tuning.pop_back();  // (its last newline)
         return fmt("{\"ok\":true,\"step\":%ld,\"last\":%ld,\"batch\":%d,\"parameters\":%ld,\"trainable\":%ld,"
                    "\"adapters\":%zu,\"tuning\":%s,\"size\":%s,\"arch\":%s,\"blocks\":%s,\"command\":%s,\"bits\":%d,"
