@@ -19,7 +19,8 @@ trap 'rm -rf "$WORK"' EXIT
 # The golden configurations: one a line, run in this order (later lines load earlier checkpoints). Together
 # they cover every variant, optimizer, schedule and output file, kept short: ARM64 runs them under qemu. c17 and
 # c18 are large enough that --threads cuts their products and attention (engine/kernels.hpp's PARALLEL_WORK); so
-# is c23, a mixture of experts (chapter 11), each expert's product on the rows routed to it.
+# is c23, a mixture of experts (chapter 11), each expert's product on the rows routed to it. c24 and c25 fine-tune
+# with LoRA (chapter 12): over the float model (its file saved unmerged at step 20, merged at 40) and over 8 bits.
 CONFIGS=$(cat <<EOF
 --steps 300 --save c01.txt
 --steps 150 --norm post --pos learned --act gelu --tie-embeddings --save c02.txt --dump-step d02.txt
@@ -44,6 +45,8 @@ CONFIGS=$(cat <<EOF
 --load c01.txt --quantize 8 --save c21.txt
 --load c01.txt --quantize 4 --save c22.txt --sort 3 1 2 5 4 --test-len 7
 --steps 60 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt --inspect
+--load c01.txt --task reverse --lora 4 --lora-on all --lr 0.01 --steps 40 --save-every 20 --save c24.txt --save-adapters a24.txt
+--load c21.txt --lora 2 --steps 40 --save c25.txt
 EOF
 )
 
