@@ -85,6 +85,14 @@ struct Adapter {
 // adapters never trained on them; left frozen, each expert's adapter learns the tokens its expert already takes.
 enum class LoraOn { qv, all };
 const std::vector<std::string> LORA_ON_NAMES = {"qv", "all"};
+// Whether adapters go on every matrix of attention and of the feed-forward (all), not on W_q and W_v alone (qv).
+inline bool adapts_every_matrix(LoraOn on) {
+    switch (on) {
+    case LoraOn::all: return true;
+    case LoraOn::qv: return false;
+    }
+    return false;  // not reached
+}
 
 // A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3; Experts' one level down, in
 // each of its experts and shared experts. has_W_1<Block>: Block has a W_1 (has_experts: Block holds experts).
@@ -101,9 +109,9 @@ template <class Model, class Linear_>
 void each_adaptable(Model& model, LoraOn on, const std::function<void(const std::string&, Linear_&)>& visit) {
     auto attention = [&](auto& attn, const std::string& name) {
         visit(name + ".W_q", attn.W_q);
-        if (on == LoraOn::all) visit(name + ".W_k", attn.W_k);
+        if (adapts_every_matrix(on)) visit(name + ".W_k", attn.W_k);
         visit(name + ".W_v", attn.W_v);
-        if (on == LoraOn::all) visit(name + ".W_o", attn.W_o);
+        if (adapts_every_matrix(on)) visit(name + ".W_o", attn.W_o);
     };
     auto dense = [&](auto& ffn, const std::string& name) {  // one feed-forward, of whichever kind it holds
         std::visit([&](auto& block) {
@@ -113,7 +121,7 @@ void each_adaptable(Model& model, LoraOn on, const std::function<void(const std:
         }, ffn.block);
     };
     auto feed_forward = [&](auto& ffn, const std::string& name) {
-        if (on != LoraOn::all) return;
+        if (!adapts_every_matrix(on)) return;
         std::visit([&](auto& block) {
             using Block = std::decay_t<decltype(block)>;
             if constexpr (has_experts<Block>::value) {  // the checkpoint's order: the router (no adapter), then these

@@ -1,6 +1,7 @@
 // workbench/flags.hpp -- what the command line fills in and what a flag is made of: the caps on every size,
 // Options (everything a run is asked to do), reading a flag's value (Args), and a row of the flag table with a
-// builder for each kind of row. The table itself, --help and parse_options are options.hpp's, which includes this.
+// builder for each kind of row. The table itself and --help are flag_table.hpp's, which includes this; parse_options
+// is options.hpp's.
 #pragma once
 
 #include <functional>

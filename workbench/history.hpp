@@ -1,6 +1,6 @@
-// workbench/history.hpp -- what a training run prints and records as it goes: its header, the watched
-// predictions, the table of evaluations, the gradient sizes, the loss curve and the final line. The
-// History it fills is what training.svg and the report draw.
+// workbench/history.hpp -- what a training run prints and records as it goes: its header (and the lines about
+// its settings that main.cpp and --speed print too), the watched predictions, the table of evaluations, the
+// gradient sizes, the loss curve and the final line. The History it fills is what training.svg and the report draw.
 //
 // Sections: History; the run's header and watched inputs; a step recorded; an evaluation printed; the
 // end of the run.
@@ -118,6 +118,22 @@ inline void note_resumed_rate(const TrainConfig& t, long first, long last, long 
                      "%.2gx the %.3g of step %ld %s\n", last, first, now, now / before, before, first - 1,
                      saved_last == first - 1 ? "if the saved run's schedule ended there"
                                              : fmt("on the saved run's schedule to step %ld", saved_last).c_str());
+}
+
+// The lines a run prints about its settings (the sizes' are settings.hpp's, size_text), here and in main.cpp's line
+// about a loaded model and --speed's.
+inline std::string seed_text(const Options& o) {  // "7", or "unknown" (a model loaded from an older checkpoint)
+    return o.seed_unknown ? "unknown" : std::to_string(o.seed);
+}
+// The header's line about decoding: "" for greedy decoding, the default.
+inline std::string decoding_text(const DecodeConfig& d) {
+    return d.beam == 1 ? "" : fmt("decoding: beam search, beam %d, length penalty %g\n", d.beam, d.length_penalty);
+}
+// "SGD lr 0.2, schedule linear", "Adam lr 0.001, schedule warmup 1000": the optimizer, its rate, the schedule.
+inline std::string optimizer_text(const Options& o) {
+    std::string text = fmt("%s lr %g, schedule %s", OPTIMIZERS[int(o.train.optimizer)].title.c_str(), o.train.lr,
+                           SCHEDULE_NAMES[int(o.train.schedule)].c_str());
+    return reads_warmup(o.train.schedule) ? text + fmt(" %ld", o.train.warmup) : text;
 }
 
 // The lines before training: sizes, optimizer, steps, seed, the variant, the data; then the watched

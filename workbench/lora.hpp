@@ -58,7 +58,7 @@ inline std::string lora_text(Transformer& model) {
     const int R = adapters[0].second->value.cols;
     return fmt("LoRA: rank %d, alpha %g, on %s: %zu adapted matrices, %ld trainable parameters (%.2f%% of the "
                "model's %ld; the base frozen%s)\n", R, adapters_scale(model) * R,
-               adapters_on(model) == LoraOn::all ? "attention and feed-forward" : "W_q W_v", adapters.size() / 2,
+               adapts_every_matrix(adapters_on(model)) ? "attention and feed-forward" : "W_q W_v", adapters.size() / 2,
                trained, 100.0 * trained / base, base,
                model.config.bits > 0 ? fmt(", %d bits", model.config.bits).c_str() : "");
 }

@@ -1,4 +1,5 @@
-// workbench/options_test.cpp -- tests of the flag table, --help, parsing and the checks between flags (options.hpp).
+// workbench/options_test.cpp -- tests of the flag table, --help (flag_table.hpp), parsing and the checks between flags
+// (options.hpp).
 #include "test_helpers.hpp"
 #include "options.hpp"
 

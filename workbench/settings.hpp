@@ -3,14 +3,15 @@
 // which values of a choice are today's blocks (the checkpoint's version), the shapes a training step's memory is
 // counted from (workbench/memory.hpp), and the one check of the settings taken together, which the flags, the
 // checkpoint reader and the page call. Each question is a switch that names every value, so a new value of an enum is
-// asked it by the compiler; the questions the blocks ask too live in model.hpp, beside ModelConfig. Tests:
-// settings_test.cpp.
+// asked it by the compiler; the questions the blocks ask too live in model.hpp, beside ModelConfig. Last, the model's
+// sizes as the lines a run prints say them (layers_text, size_text). Tests: settings_test.cpp.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "../train.hpp"  // and model.hpp: the choices of the run and of the model
+#include "text.hpp"      // fmt
 
 // Whether a sublayer reads LN(x) (pre-norm) or x itself, its sum then normalised (post-norm).
 inline bool norm_before_sublayer(NormPlace place) {
@@ -110,4 +111,14 @@ inline SettingsProblem settings_problem(const ModelConfig& c) {
     if (c.experts > 0 && c.top_k() > c.experts)
         return {{"top_k", "experts"}, "a token keeps K of the E experts, so K must be at most E"};
     return {};
+}
+
+// The model's sizes as the lines a run prints say them (the header, --speed, --trace-shapes, a loaded model's line).
+inline std::string layers_text(const ModelConfig& m) {  // "1+1" (encoder + decoder), or "2, decoder-only"
+    return has_encoder(m.arch) ? fmt("%d+%d", m.enc_layers, m.dec_layers)
+                               : fmt("%d, %s", m.dec_layers, ARCH_NAMES[int(m.arch)].c_str());
+}
+inline std::string size_text(const ModelConfig& m, const DataConfig& d) {  // the sizes, for a header line
+    return fmt("d_model %d, heads %d, d_ff %d, layers %s, seq_len %d", m.d_model, m.n_heads, m.d_ff,
+               layers_text(m).c_str(), d.seq_len);
 }
