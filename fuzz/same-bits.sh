@@ -44,7 +44,7 @@ CONFIGS=$(cat <<EOF
 --steps 60 --attention flash --seq-len 40 --min-len 30 --batch 4 --save c20.txt
 --load c01.txt --quantize 8 --save c21.txt
 --load c01.txt --quantize 4 --save c22.txt --sort 3 1 2 5 4 --test-len 7
---steps 60 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt --inspect
+--steps 60 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt
 --load c01.txt --task reverse --lora 4 --lora-on all --lr 0.01 --steps 40 --save-every 20 --save c24.txt --save-adapters a24.txt
 --load c21.txt --lora 2 --steps 40 --save c25.txt
 EOF
