@@ -3,8 +3,8 @@
 // which values of a choice are today's blocks (the checkpoint's version), the shapes a training step's memory is
 // counted from (workbench/memory.hpp), and the one check of the settings taken together, which the flags, the
 // checkpoint reader and the page call. Each question is a switch that names every value, so a new value of an enum is
-// asked it by the compiler; the questions the blocks ask too live in model.hpp, beside ModelConfig. Last, the model's
-// sizes as the lines a run prints say them (layers_text, size_text). Tests: settings_test.cpp.
+// asked it by the compiler; the questions the blocks ask too live in chapters/00_choices.hpp, beside the enums. Last,
+// the model's sizes as the lines a run prints say them (layers_text, size_text). Tests: settings_test.cpp.
 #pragma once
 
 #include <string>
