@@ -257,14 +257,16 @@ tests-tsan: $(HEADERS) $(BESIDE_TESTS) Makefile doctest-main.o
 # The two runs side by side, each printed whole when it ends.
 sanitize: tests-sanitize tests-tsan
 	+@$(MAKE) --no-print-directory sanitize-run-address sanitize-run-thread
-# As make test: its two halves side by side. Two slow tests run in make test alone, whose length is repetition: "a
-# trained model sorts" (44 s here under the sanitizers) trains the blocks that the shorter trainings take through every
-# line, and the threads' same bits on 1, 2, 3 and 8 threads (108 s) runs under ThreadSanitizer below.
-ASAN_SKIPS := training: a trained model sorts*,threads: training and decoding give the same bits*
+# Two halves side by side, as make test's but with the chapters' tests in the second (under the sanitizers the first
+# half, with the signals tests' runs, is the longer). Two slow tests run in make test alone, whose length is repetition:
+# "a trained model sorts" (44 s here under the sanitizers) trains the blocks that the shorter trainings take through
+# every line, and the threads' same bits on 1, 2, 3 and 8 threads (108 s) runs under ThreadSanitizer below.
+ASAN_SECOND := $(SECOND_HALF),*chapters/*
+ASAN_SKIPS  := training: a trained model sorts*,threads: training and decoding give the same bits*
 sanitize-run-address: tests-sanitize
 	@export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
-	 ./tests-sanitize -sf='$(SECOND_HALF)' > tests-sanitize-second.log 2>&1 & second=$$!; \
-	 ./tests-sanitize -sfe='$(SECOND_HALF)' -tce='$(ASAN_SKIPS)' > tests-sanitize.log 2>&1; \
+	 ./tests-sanitize -sf='$(ASAN_SECOND)' > tests-sanitize-second.log 2>&1 & second=$$!; \
+	 ./tests-sanitize -sfe='$(ASAN_SECOND)' -tce='$(ASAN_SKIPS)' > tests-sanitize.log 2>&1; \
 	 first=$$?; wait $$second; second=$$?; \
 	 cat tests-sanitize.log tests-sanitize-second.log; rm -f tests-sanitize.log tests-sanitize-second.log; \
 	 test $$first -eq 0 && test $$second -eq 0

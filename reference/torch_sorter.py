@@ -620,18 +620,19 @@ class Checkpoint:
     tensors: dict   # name -> (ROWS, COLS) float64 tensor
     training: dict = field(default_factory=dict)  # the training section's key -> value text (versions 2 on)
     quantized: dict = field(default_factory=dict)  # an 8-bit model's (chapter 09): name -> (q, scales, group)
+    adapters: dict = field(default_factory=dict)  # version 10, a LoRA run under way (chapter 12): "W.lora_A" -> tensor
 
 
 def parse_checkpoint(text):
     """The checkpoint text (whitespace-separated words) -> Checkpoint."""
     words = text.split()
-    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in ([str(v)] for v in range(1, 10)):
-        raise ValueError(f"not a sorter checkpoint, version 1 to 9 (starts {' '.join(words[:2])!r})")
+    if words[:1] != ["sorter-checkpoint"] or words[1:2] not in ([str(v)] for v in range(1, 11)):
+        raise ValueError(f"not a sorter checkpoint, version 1 to 10 (starts {' '.join(words[:2])!r})")
     at, header = 2, {}
     while words[at] != "tensor":  # key value pairs up to and including "tensors N"
         header[words[at]] = words[at + 1]
         at += 2
-    tensors, quantized, bits = {}, {}, int(header.get("bits", "0"))
+    tensors, quantized, adapters, bits = {}, {}, {}, int(header.get("bits", "0"))
     for _ in range(int(header["tensors"])):
         _, name, rows, cols = words[at:at + 4]
         rows, cols, at = int(rows), int(cols), at + 4
@@ -650,7 +651,8 @@ def parse_checkpoint(text):
             tensors[name] = deq if last == "table" else deq.T.contiguous()
             continue
         values = [float(w) for w in words[at:at + rows * cols]]  # %.17g reads back to the same double
-        tensors[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
+        kept = adapters if last in ("lora_A", "lora_B") else tensors  # the base's, then the adapters' (version 10)
+        kept[name] = torch.tensor(values, dtype=torch.float64).view(rows, cols)
         at += rows * cols
     training = {}
     if words[at] == "training":  # versions 2 to 5: the settings, then (momentum, Adam) the running means
@@ -662,7 +664,7 @@ def parse_checkpoint(text):
         at = len(words) - 1  # one step from a fresh start: no running means yet to compare
     if words[at:] != ["end"]:
         raise ValueError("checkpoint: expected 'end' after the last tensor")
-    return Checkpoint(header, tensors, training, quantized)
+    return Checkpoint(header, tensors, training, quantized, adapters)
 
 
 def parse_adapters(text):
