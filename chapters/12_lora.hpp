@@ -79,10 +79,10 @@ struct Adapter {
 // Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two at rank 4 did about
 // as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward (with
 // experts, chapter 11, every matrix of each expert's feed-forward, the shared ones' too). Never the embedding table or
-// the output projection: they read and write tokens, which a new task of the same digits keeps. Nor the router, as
-// in common practice (the PEFT library's recipes for Mixtral adapt the experts, not the gate): W_router (d_model, E)
-// is already thin, so an adapter saves nothing there, and a router that moved would send tokens to experts whose
-// adapters never trained on them; left frozen, each expert's adapter learns the tokens its expert already takes.
+// the output projection: they read and write tokens, which a new task of the same digits keeps. Nor the router:
+// W_router (d_model, E) is already thin, so an adapter saves nothing there, and a router that moved would send tokens
+// to experts whose adapters never trained on them; left frozen, each expert's adapter learns the tokens its expert
+// already takes.
 enum class LoraOn { qv, all };
 const std::vector<std::string> LORA_ON_NAMES = {"qv", "all"};
 // Whether adapters go on every matrix of attention and of the feed-forward (all), not on W_q and W_v alone (qv).
