@@ -90,6 +90,17 @@ Matrix logits_of(Transformer& model) {
     Inputs in = inputs_of(BATCH, 0, BATCH.size());
     return model.forward(in.sources, in.targets_in);
 }
+// Merged (each W + s A B, the adapters gone) gives the model's logits up to rounding.
+void check_merge_keeps_logits(Transformer& model) {
+    Transformer merged = model;
+    merge_adapters(merged);
+    CHECK(adapters_of(merged).empty());
+    const Matrix a = logits_of(model), b = logits_of(merged);
+    double worst = 0.0;
+    for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
+    INFO("largest difference ", worst);
+    CHECK(worst < 1e-12);
+}
 
 }  // namespace lora_test
 
@@ -222,14 +233,7 @@ TEST_CASE("lora: merged and unmerged give the same logits") {
     Rng rng(4);
     add_adapters(model, 3, 3.0, LoraOn::all, rng);
     nudge_B(adapters_of(model), rng);
-    Transformer merged = model;
-    merge_adapters(merged);
-    CHECK(adapters_of(merged).empty());
-    const Matrix a = logits_of(model), b = logits_of(merged);
-    double worst = 0.0;
-    for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
-    INFO("largest difference ", worst);
-    CHECK(worst < 1e-12);
+    check_merge_keeps_logits(model);
 }
 
 // With experts (chapter 11), --lora-on all puts adapters on every matrix of each expert's feed-forward and of each
@@ -265,14 +269,6 @@ TEST_CASE("gradient: adapters on each expert's feed-forward, the router left alo
         check_gradients("experts + adapters (" + ARCH_NAMES[int(k.arch)] + ", " + ACTIVATION_NAMES[int(k.act)] + ")",
                         tensors_of(adapters), [&] { return model_loss(model) + balance_loss_of(model); },
                         [&] { gradient_of(model, BATCH, 0.0); });
-        // Merged (each expert's W + s A B): the same logits up to rounding, the routing and all.
-        Transformer merged = model;
-        merge_adapters(merged);
-        CHECK(adapters_of(merged).empty());
-        const Matrix a = logits_of(model), b = logits_of(merged);
-        double worst = 0.0;
-        for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
-        INFO("largest difference ", worst);
-        CHECK(worst < 1e-12);
+        check_merge_keeps_logits(model);  // each expert's W + s A B: the routing and all
     }
 }

@@ -26,6 +26,17 @@ double largest_difference(const Matrix& a, const Matrix& b) {
     for (std::size_t i = 0; i < a.data.size(); i++) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
     return worst;
 }
+// The tuned model's adapters written to `path` (--save-adapters) and read back onto its base (--adapters): the same
+// values, the same logits.
+void check_adapters_read_back(Transformer& base, Transformer& tuned, const std::string& path, const DataConfig& d) {
+    write_atomically(path, "--save-adapters", [&](FILE* f) { write_adapters(f, tuned, base_fingerprint(base)); });
+    Transformer again = base;
+    read_adapters(path, "m.txt", again);
+    const ParamList want = adapters_of(tuned), got = adapters_of(again);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t k = 0; k < got.size(); k++) CHECK(got[k].second->value.data == want[k].second->value.data);
+    CHECK(logits_of(again, d).data == logits_of(tuned, d).data);
+}
 }  // namespace lora_workbench_test
 
 TEST_CASE("lora: flags that make no sense are one line naming the fix") {
@@ -63,13 +74,7 @@ TEST_CASE("lora: the adapters' file reads back to the same bits, on its base alo
     Transformer base = small_trained_model(c, d), tuned = adapted(base, 2);
     TempDir dir("lora-file");
     const std::string path = dir.file("a.txt");
-    write_atomically(path, "--save-adapters", [&](FILE* f) { write_adapters(f, tuned, base_fingerprint(base)); });
-    Transformer again = base;
-    read_adapters(path, "m.txt", again);
-    const ParamList want = adapters_of(tuned), got = adapters_of(again);
-    REQUIRE(got.size() == want.size());
-    for (std::size_t k = 0; k < got.size(); k++) CHECK(got[k].second->value.data == want[k].second->value.data);
-    CHECK(logits_of(again, d).data == logits_of(tuned, d).data);
+    check_adapters_read_back(base, tuned, path, d);
     // Another base: one weight moved by one step of its last bit is refused, by one line naming the fix.
     Transformer other = base;
     other.parameters()[3].second->value.data[0] = std::nextafter(other.parameters()[3].second->value.data[0], 1.0);
@@ -80,9 +85,10 @@ TEST_CASE("lora: the adapters' file reads back to the same bits, on its base alo
     // Not A and B of each W_q and W_v, or of every matrix, once each (a tensor left out): one line.
     const std::string text = read_all(path);
     const std::size_t last = text.rfind("tensor ");
-    const std::string count = fmt("tensors %zu\n", want.size());
+    const std::size_t tensors = adapters_of(tuned).size();
+    const std::string count = fmt("tensors %zu\n", tensors);
     std::ofstream(dir.file("short.txt")) << replace_once(text.substr(0, last), count,
-                                                         fmt("tensors %zu\n", want.size() - 1)) + "end\n";
+                                                         fmt("tensors %zu\n", tensors - 1)) + "end\n";
     Transformer short_of_one = base;
     CHECK(contains(usage_error_of([&] { read_adapters(dir.file("short.txt"), "m.txt", short_of_one); }),
                    "its tensors are not A and B of each W_q and W_v, or of every matrix, once each"));
@@ -249,14 +255,8 @@ TEST_CASE("lora: adapters on each expert, through their file and the merged chec
     CHECK(on_experts == 3 * (3 + 1) * 2 * 2);  // 3 layers, E + N experts, W_1 and W_2, A and B
     TempDir dir("lora-experts");
     const std::string path = dir.file("a.txt");
-    write_atomically(path, "--save-adapters", [&](FILE* f) { write_adapters(f, tuned, base_fingerprint(base)); });
+    check_adapters_read_back(base, tuned, path, d);
     CHECK(contains(read_all(path), "tensor encoder.0.ffn.experts.2.W_2.lora_B 2 8\n"));
-    Transformer again = base;
-    read_adapters(path, "m.txt", again);
-    const ParamList want = adapters_of(tuned), got = adapters_of(again);
-    REQUIRE(got.size() == want.size());
-    for (std::size_t k = 0; k < got.size(); k++) CHECK(got[k].second->value.data == want[k].second->value.data);
-    CHECK(logits_of(again, d).data == logits_of(tuned, d).data);
     Options o;
     o.save_path = dir.file("merged.txt"), o.data = d, o.lora_rank = 2;
     TrainState state(o.train, 1);
