@@ -234,7 +234,8 @@ mistakes: $(if $(MISTAKES),exercise-check exercise-mistakes)
 # make test's three units again, sanitized, built side by side: the chapters' and the engine's tests and the lab
 # notebook at -O1 (what trains and decodes: beside-tests first in the link, as in make test, so every unit runs the
 # blocks as they were compiled there), and the workbench's tests in one unit at -O0 (they read and write files and
-# start ./sorter; at -O1 and as two units they took 361 CPU seconds to compile here, at -O0 in one 85).
+# start ./sorter; on a busy machine the first of the two units at -O1 they were in took 211 CPU seconds to compile, the
+# one at -O0 85, and 57 alone).
 # float-cast-overflow: a NaN or an inf made an integer (g++ leaves it out of undefined; clang's undefined has it).
 SANITIZE := -g1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 tests-sanitize-lab.o: tests.cpp $(HEADERS) Makefile | doctest
