@@ -38,13 +38,13 @@ CONFIGS=$(cat <<EOF
 --steps 100 --task reverse --min-len 3 --seq-len 6 --report r14.html --svg svg14 --inspect
 --load c04.txt --beam 16 --sort 2 7 4 4 9
 --steps 100 --save-every 40 --save c16.txt
---steps 40 --d-model 64 --heads 4 --d-ff 256 --seq-len 8 --batch 32 --dropout 0.1 --save c17.txt
---steps 40 --llama --heads 4 --d-model 64 --dec-layers 2 --d-ff 192 --seq-len 8 --batch 32 --optimizer adam --save c18.txt
+--steps 10 --d-model 64 --heads 4 --d-ff 256 --seq-len 8 --batch 32 --dropout 0.1 --save c17.txt
+--steps 10 --llama --heads 4 --d-model 64 --dec-layers 2 --d-ff 192 --seq-len 8 --batch 32 --optimizer adam --save c18.txt
 --steps 100 --attention flash --arch decoder-only --pos alibi --heads 4 --kv-heads 2 --attn-dropout 0.1 --save c19.txt
 --steps 60 --attention flash --seq-len 40 --min-len 30 --batch 4 --save c20.txt
 --load c01.txt --quantize 8 --save c21.txt
 --load c01.txt --quantize 4 --save c22.txt --sort 3 1 2 5 4 --test-len 7
---steps 60 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt
+--steps 20 --experts 4 --top-k 2 --shared-experts 1 --d-model 32 --heads 4 --d-ff 64 --seq-len 8 --batch 32 --save c23.txt --dump-step d23.txt
 --load c01.txt --task reverse --lora 4 --lora-on all --lr 0.01 --steps 40 --save-every 20 --save c24.txt --save-adapters a24.txt
 --load c21.txt --lora 2 --steps 40 --save c25.txt
 EOF
