@@ -234,7 +234,8 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
     matmul_backward_fast(dO, c.keep.empty() ? c.P : c.P_dropped, c.V, dP_dropped, dV);
     Matrix dP = dropout_backward(std::move(dP_dropped), c.keep);
     // forward: P = softmax_rows(scores). A masked score was replaced by a constant, so it gets no
-    // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0.
+    // gradient; softmax_rows_backward gives it exactly 0 anyway, because its P is exactly 0 (not so in a row that
+    // sees no key, whose weights are equal; the model's masks make none: a query sees its source's first token).
     Matrix d_scores(c.P.rows, c.P.cols);
     softmax_rows_backward(dP, c.P, d_scores);
     // forward: scores = (Q K^T) / sqrt(d_k)

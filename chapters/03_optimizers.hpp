@@ -35,8 +35,9 @@ const std::vector<std::string> OPTIMIZER_NAMES = [] {  // the rows' names, for t
 //   clipping      the norm of all gradients as one vector, above `clip`, scales every g by clip / (norm + 1e-6)
 //                 (PyTorch's clip_grad_norm_, which minGPT and nanoGPT call; the 1e-6 spares a zero norm)
 //   weight decay  w *= 1 - lr weight_decay, apart from the gradient (decoupled, AdamW's form, for SGD and
-//                 momentum too): matrices only, not biases, gamma or beta, as nanoGPT. minGPT spares the
-//                 embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
+//                 momentum too): the model's matrices only, not biases, gamma or beta, as nanoGPT, nor LoRA's
+//                 adapters (chapter 12: a LoRA run keeps its base file's decay, which then shrinks nothing).
+//                 minGPT spares the embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
 inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions
     std::string last = name.substr(name.rfind('.') + 1);
     return last[0] == 'W' || last == "table" || last == "positions";

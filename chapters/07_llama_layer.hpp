@@ -26,7 +26,7 @@ struct LlamaLayerSaved {
     Matrix Q, K, V;                    // Q (n_seq L, n_heads d_k); K, V (n_seq L, kv_heads d_k); Q, K turned
     std::vector<Matrix> P;             // (L, L) each: sequence e's head h's attention weights at [e n_heads + h]
     Matrix joined;                     // (n_seq L, d_model): every head's weighted sum of v, side by side
-    Matrix hidden, partner, act;       // (n_seq L, d_h): xb2 W_1, xb2 W_3, silu(hidden) * partner
+    Matrix hidden, partner, glu;       // (n_seq L, d_h): xb2 W_1, xb2 W_3, silu(hidden) * partner
 };
 
 // rmsnorm (Zhang & Sennrich 2019), as run.c's: y = gamma * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps).
@@ -103,9 +103,9 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
     // silu(w1(x)) * w3(x) (Shazeer 2020)
     s.hidden = matmul_fast(s.xb2, ffn.W_1.W.value);   // (n_seq L, d_h)
     s.partner = matmul_fast(s.xb2, ffn.W_3.W.value);  // (n_seq L, d_h)
-    s.act = multiply(silu(s.hidden), s.partner);      // (n_seq L, d_h)
+    s.glu = multiply(silu(s.hidden), s.partner);      // (n_seq L, d_h)
     // final matmul to get the output of the ffn, and the residual connection
-    return add(s.x1, matmul_fast(s.act, ffn.W_2.W.value));
+    return add(s.x1, matmul_fast(s.glu, ffn.W_2.W.value));
 }
 
 // The mirror: d_out (n_seq L, d_model) -> dx (n_seq L, d_model); adds (+=) into every weight's grad in block.
@@ -115,12 +115,12 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     SwiGLU& ffn = std::get<SwiGLU>(block.ffn.block);
     const int n_seq = s.n_seq, L = s.x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
     const int kv_mul = n_heads / attn.kv_heads;
-    // forward: return add(x1, matmul_fast(act, W_2)): a sum hands d_out to both terms
-    Matrix dx1 = d_out, d_act(s.act.rows, s.act.cols);
-    matmul_backward_fast(d_out, s.act, ffn.W_2.W.value, d_act, ffn.W_2.W.grad);  // d_act += d_out W_2^T
-    // forward: act = multiply(silu(hidden), partner): each factor's slope is the other
-    Matrix d_gate(s.act.rows, s.act.cols), d_partner(s.act.rows, s.act.cols), d_hidden(s.act.rows, s.act.cols);
-    multiply_backward(d_act, silu(s.hidden), s.partner, d_gate, d_partner);
+    // forward: return add(x1, matmul_fast(glu, W_2)): a sum hands d_out to both terms
+    Matrix dx1 = d_out, d_glu(s.glu.rows, s.glu.cols);
+    matmul_backward_fast(d_out, s.glu, ffn.W_2.W.value, d_glu, ffn.W_2.W.grad);  // d_glu += d_out W_2^T
+    // forward: glu = multiply(silu(hidden), partner): each factor's slope is the other
+    Matrix d_gate(s.glu.rows, s.glu.cols), d_partner(s.glu.rows, s.glu.cols), d_hidden(s.glu.rows, s.glu.cols);
+    multiply_backward(d_glu, silu(s.hidden), s.partner, d_gate, d_partner);
     silu_backward(d_gate, s.hidden, d_hidden);  // forward: gate = silu(hidden)
     // forward: hidden = matmul_fast(xb2, W_1), partner = matmul_fast(xb2, W_3): xb2's second use adds in (+=)
     Matrix d_xb2(s.xb2.rows, s.xb2.cols);

@@ -116,9 +116,9 @@ struct Experts {
         slot_of.assign(E, {});
         for (int r = 0; r < n; r++) {
             chosen[r] = top_k_of(scores, r, K);
-            std::vector<double> kept(K);
-            for (int k = 0; k < K; k++) kept[k] = scores.at(r, chosen[r][k]);
-            gate[r] = softmax_of(kept);
+            std::vector<double> kept_scores(K);
+            for (int k = 0; k < K; k++) kept_scores[k] = scores.at(r, chosen[r][k]);
+            gate[r] = softmax_of(kept_scores);
             for (int k = 0; k < K; k++) rows_of[chosen[r][k]].push_back(r), slot_of[chosen[r][k]].push_back(k);
         }
         // The weighted sum: expert by expert, gather its rows (n_i, d_model), run it, scatter gate * output back.
@@ -149,8 +149,8 @@ struct Experts {
     //   The weighted sum: out[r] += g expert_i(x)[j] (row r the j-th of expert i's, g = gate[r][k]), so
     //     d expert_i's output row j = g d_out[r]               (an expert's rows only; one no row chose gets nothing)
     //     d g = d_out[r] . expert_i(x)[j]                       (the gate's slope is the output it weighs)
-    //   The gate: g = softmax(kept scores), so d kept_k = g_k (d g_k - sum_m g_m d g_m)   (softmax_rows' backward)
-    //   Top-k: a choice, constant while no two scores swap (away from ties): d score = d kept at the K chosen
+    //   The gate: g = softmax(kept_scores), so d kept_scores_k = g_k (d g_k - sum_m g_m d g_m)   (softmax's backward)
+    //   Top-k: a choice, constant while no two scores swap (away from ties): d score = d kept_scores at the K chosen
     //     experts, 0 at the others (the others' scores reach the loss only through the balance loss, below).
     //   The router: scores = x W_router, so d W_router += x^T d scores, and dx += d scores W_router^T.
     // x fed three paths (the experts, the shared experts, the router): its gradient is the sum of the three.
@@ -177,7 +177,7 @@ struct Experts {
             for (int j = 0; j < n_i; j++)
                 for (int c = 0; c < d; c++) dx.at(rows_of[i][j], c) += dx_i.at(j, c);
         }
-        // forward: gate[r] = softmax(kept), kept[k] = scores[r][chosen[r][k]]
+        // forward: gate[r] = softmax(kept_scores), kept_scores[k] = scores[r][chosen[r][k]]
         Matrix d_scores(n, E);  // (n, E): zero at every expert a row did not keep
         for (int r = 0; r < n; r++) {
             double weighed = 0.0;  // sum_m g_m d g_m

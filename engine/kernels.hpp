@@ -18,7 +18,7 @@
 // lanes would change the rounding. So these kernels keep each chain whole and in order, and find
 // speed elsewhere: a tile of TILE_ROWS x TILE_COLS entries of C stays in registers while p runs over
 // the whole sum, so each number loaded from A or B serves many entries, and the TILE_COLS chains of a
-// row fill the vector lanes. Same bits as the loops above (kernels_test.cpp checks), which stay the reference.
+// row fill the vector lanes. Same bits as matrix.hpp's loops (kernels_test.cpp checks), which stay the reference.
 // The fastest tile measured here depends on the compiler: g++ with 512-bit vectors keeps a row of 8 sums in
 // one register and multiplies it by A's number straight from memory (docs/performance.md); others, 6 x 16.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
@@ -175,7 +175,7 @@ inline void matmul_bt_backward_fast(const Matrix& dC, const Matrix& A, const Mat
     product_into(dB, dC, true, A);   // dB[j][p] += dC[i][j] A[i][p], over i in order
 }
 
-// matrix.hpp's integer product (quantized_product), faster and on every core, with its bits. Inference only
+// Chapter 09's integer product (quantized_product), faster and on every core, with its bits. Inference only
 // (--quantize). Each output y[i][j] is the same chain as the plain loop's: the same exact int32 sum of each group
 // (whole numbers: any order gives the same sum), then y += double(sum) * scale_w * scale_x, group after group from
 // 0.0, in doubles rounded as there. The speed is in how the sums are taken. The plain loop sums one output at a
@@ -238,15 +238,15 @@ inline void quantized_tile(const int8_t* qx, const double* scale_x, int d_in, in
     for (int r = 0; r < R; r++)
         for (int c = 0; c < width; c++) Y.at(i0 + r, j0 + c) = y[r][c];
 }
-// matrix.hpp's quantize_activations, the same bits, in a form the compiler puts in vector lanes: the largest size
+// Chapter 09's quantize_activations, the same bits, in a form the compiler puts in vector lanes: the largest size
 // kept per lane (8 maxima, then the largest of them: a maximum has no order, and a comparison skips a NaN in either
 // form), and rounded() with no branch. An inf or a NaN is found as a sum of x * 0 that is not 0 (inf * 0 is NaN).
 inline double quantize_activations_fast(const double* x, int n, int8_t* qx) {
-    constexpr int L = 8;
-    double lane[L] = {}, times_zero[L] = {};
+    constexpr int LANES = 8;
+    double lane[LANES] = {}, times_zero[LANES] = {};
     int k = 0;
-    for (; k + L <= n; k += L)
-        for (int l = 0; l < L; l++) {
+    for (; k + LANES <= n; k += LANES)
+        for (int l = 0; l < LANES; l++) {
             const double size = std::fabs(x[k + l]);
             lane[l] = lane[l] < size ? size : lane[l];
             times_zero[l] += x[k + l] * 0.0;
@@ -257,7 +257,7 @@ inline double quantize_activations_fast(const double* x, int n, int8_t* qx) {
         largest = largest < size ? size : largest;
         not_finite += x[k] * 0.0;
     }
-    for (int l = 0; l < L; l++) largest = largest < lane[l] ? lane[l] : largest, not_finite += times_zero[l];
+    for (int l = 0; l < LANES; l++) largest = largest < lane[l] ? lane[l] : largest, not_finite += times_zero[l];
     const double scale = not_finite != 0.0 ? not_finite : largest / 127.0;  // a NaN, or group_scale's rule at 8 bits
     if (scale == 0.0 || not_finite != 0.0) {
         for (k = 0; k < n; k++) qx[k] = 0;
