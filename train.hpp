@@ -178,21 +178,21 @@ inline double cross_entropy(const Matrix& logits, const std::vector<int>& target
                             Matrix& d_logits, double smoothing = 0.0) {
     int T = logits.rows;
     double loss = 0.0, spread = smoothing / logits.cols;  // E / vocab, every token's share of the smoothing
-    std::vector<double> e(logits.cols);                    // one row's exp(logits[t][v] - max)
+    std::vector<double> exps(logits.cols);                 // one row's exp(logits[t][v] - max)
     for (int t = 0; t < T; t++) {
         // log p_t[k] = logits[t][k] - max - log(sum_v exp(logits[t][v] - max)), the max trick again:
         // log(p) would be -inf once a confident wrong guess makes p underflow to 0.
         double max = logits.at(t, 0), sum = 0.0;
         for (int v = 1; v < logits.cols; v++) max = std::max(max, logits.at(t, v));
-        for (int v = 0; v < logits.cols; v++) e[v] = maths::exp(logits.at(t, v) - max);
-        for (int v = 0; v < logits.cols; v++) sum += e[v];
+        for (int v = 0; v < logits.cols; v++) exps[v] = maths::exp(logits.at(t, v) - max);
+        for (int v = 0; v < logits.cols; v++) sum += exps[v];
         const double log_sum = maths::log(sum);
         loss -= (1.0 - smoothing) * (logits.at(t, target[t]) - max - log_sum) / T;
         for (int v = 0; v < logits.cols; v++) {
             if (smoothing > 0) loss -= spread * (logits.at(t, v) - max - log_sum) / T;
             // exercise cross-entropy: begin (uses weight d_logits)
             double q = (v == target[t] ? 1.0 - smoothing : 0.0) + spread;  // the target row
-            d_logits.at(t, v) += weight * (e[v] / sum - q) / T;  // p_t[v] - q[v]
+            d_logits.at(t, v) += weight * (exps[v] / sum - q) / T;  // p_t[v] - q[v]
             // exercise cross-entropy: end
         }
     }

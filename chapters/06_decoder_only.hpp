@@ -25,17 +25,17 @@ inline int positions_read(const ModelConfig& c, int length) {
 // L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
 // answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
 //
-// The mask (n_seq rows, keys): query i of each sequence, at position first + i, may see key j when j is at or
+// The mask (n_seq queries, keys): query i of each sequence, at position first + i, may see key j when j is at or
 // before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query sees at
 // least key 0, the source's first digit (a source is never empty, and its PADs come after its digits), so no row
 // is all masked, and none spreads its weight over future keys.
-inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int rows, int first, int keys) {
-    Matrix m(rows * int(sources.size()), keys);
+inline Matrix causal_padding_mask(const std::vector<std::vector<int>>& sources, int queries, int first, int keys) {
+    Matrix m(queries * int(sources.size()), keys);
     for (int i = 0; i < m.rows; i++)
         for (int j = 0; j < keys; j++) {
-            const std::vector<int>& src = sources[i / rows];
+            const std::vector<int>& src = sources[i / queries];
             bool pad = j < int(src.size()) && src[j] == PAD;
-            m.at(i, j) = j <= first + i % rows && !pad ? 1.0 : 0.0;
+            m.at(i, j) = j <= first + i % queries && !pad ? 1.0 : 0.0;
         }
     return m;
 }

@@ -9,17 +9,17 @@
 #include "../model.hpp"
 
 // The masks written out, as decoding (and the tests) take them, 1 = may attend: the causal mask (T, T), and the padding
-// mask (n_seq rows, S), each source's rows stacked (the rule Mask says, model.hpp, written out).
+// mask (n_seq T, S), each source's T rows stacked (the rule Mask says, model.hpp, written out).
 inline Matrix causal_mask(int T) {
     Matrix m(T, T);
     for (int i = 0; i < T; i++)
         for (int j = 0; j <= i; j++) m.at(i, j) = 1.0;
     return m;
 }
-inline Matrix padding_mask(int rows, const std::vector<std::vector<int>>& sources) {
-    Matrix m(rows * int(sources.size()), int(sources[0].size()));
+inline Matrix padding_mask(int T, const std::vector<std::vector<int>>& sources) {
+    Matrix m(T * int(sources.size()), int(sources[0].size()));
     for (int i = 0; i < m.rows; i++)
-        for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / rows][j] == PAD ? 0.0 : 1.0;
+        for (int j = 0; j < m.cols; j++) m.at(i, j) = sources[i / T][j] == PAD ? 0.0 : 1.0;
     return m;
 }
 
