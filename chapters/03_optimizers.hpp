@@ -35,12 +35,13 @@ const std::vector<std::string> OPTIMIZER_NAMES = [] {  // the rows' names, for t
 //   clipping      the norm of all gradients as one vector, above `clip`, scales every g by clip / (norm + 1e-6)
 //                 (PyTorch's clip_grad_norm_, which minGPT and nanoGPT call; the 1e-6 spares a zero norm)
 //   weight decay  w *= 1 - lr weight_decay, apart from the gradient (decoupled, AdamW's form, for SGD and
-//                 momentum too): the model's matrices only, not biases, gamma or beta, as nanoGPT, nor LoRA's
-//                 adapters (chapter 12: a LoRA run keeps its base file's decay, which then shrinks nothing).
-//                 minGPT spares the embedding table too, lest rare tokens' rows shrink; all 11 of ours are common.
-inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions
+//                 momentum too): matrices only, not biases, gamma or beta, as nanoGPT; LoRA's adapters too
+//                 (chapter 12: a LoRA run keeps its base file's decay), as PyTorch's AdamW decays every tensor
+//                 it trains. minGPT spares the embedding table, lest rare tokens' rows shrink; all 11 of ours
+//                 are common.
+inline bool decays(const std::string& name) {  // W_q .. W_2, out.W, embed.table, embed.positions, lora_A, lora_B
     std::string last = name.substr(name.rfind('.') + 1);
-    return last[0] == 'W' || last == "table" || last == "positions";
+    return last[0] == 'W' || last == "table" || last == "positions" || last == "lora_A" || last == "lora_B";
 }
 struct Optimizer {
     static constexpr double mu = 0.9, beta1 = 0.9, beta2 = 0.98, eps = 1e-9;

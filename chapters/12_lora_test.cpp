@@ -226,6 +226,30 @@ TEST_CASE("lora: the optimizer moves A and B alone") {
     CHECK(adam.s.size() == adapters_of(model).size());
 }
 
+// Weight decay shrinks the adapters as it shrinks the model's matrices (decoupled, chapter 03): by hand, one SGD step.
+TEST_CASE("lora: weight decay shrinks A and B, by hand") {
+    using namespace lora_test;
+    Transformer model(small_config(Arch::encoder_decoder, Activation::relu), 11);
+    Rng rng(2);
+    add_adapters(model, 2, 2.0, LoraOn::qv, rng);
+    Optimizer sgd(OptimizerKind::sgd, 0.5);
+    const double lr = 0.1;
+    gradient_of(model, BATCH, 0.0);
+    std::vector<Matrix> before;
+    for (auto& [name, p] : adapters_of(model)) before.push_back(p->value);
+    sgd.update(model, lr, 1);
+    std::size_t k = 0;
+    for (auto& [tensor, p] : adapters_of(model)) {
+        const std::string name = tensor;
+        INFO(name);
+        CHECK(decays(name));
+        const Matrix& w = before[k++];
+        for (std::size_t i = 0; i < w.data.size(); i++)
+            REQUIRE(p->value.data[i] == w.data[i] * (1.0 - lr * 0.5) - lr * p->grad.data[i]);
+    }
+    CHECK(k == 12);  // A and B on W_q and W_v of three attentions: the encoder's, the decoder's self and cross
+}
+
 // Merged (W + s A B) and unmerged: the same logits up to rounding, and the merged model has no adapter left.
 TEST_CASE("lora: merged and unmerged give the same logits") {
     using namespace lora_test;

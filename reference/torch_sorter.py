@@ -526,9 +526,9 @@ def sgd_update(params, lr):  # SGD: w -= lr * grad
             p -= lr * p.grad
 
 
-def decays(name):  # train.hpp's decays(): the matrices shrink, not biases, gamma or beta
+def decays(name):  # chapter 03's decays(): the matrices shrink (LoRA's adapters too), not biases, gamma or beta
     last = name.rsplit(".", 1)[-1]
-    return last.startswith("W") or last in ("table", "positions")
+    return last.startswith("W") or last in ("table", "positions", "lora_A", "lora_B")
 
 
 def sgd_step(params, lr, decay, momentum):  # PyTorch's SGD adds weight_decay to the gradient, so decay is here
@@ -927,9 +927,8 @@ def replay_lora(dump, after_adapters, merged=None):
     model = model_from_checkpoint(dump.checkpoint)
     training = dump.checkpoint.training
     header = dump.checkpoint.header
-    if float(training.get("weight_decay", 0)) > 0 or any(float(header.get(k, 0)) > 0 for k in ("dropout",
-                                                                                                 "attn_dropout")):
-        raise ValueError("the twin replays fine-tuning steps without weight decay and dropout (the dump has no masks)")
+    if any(float(header.get(k, 0)) > 0 for k in ("dropout", "attn_dropout")):
+        raise ValueError("the twin replays fine-tuning steps without dropout (the dump has no masks)")
     for _, p in model.parameters():
         p.requires_grad_(False)  # the base is frozen: no gradient, no optimizer state
     places, adapters = linears_of(model), []
@@ -940,10 +939,11 @@ def replay_lora(dump, after_adapters, merged=None):
             linear.s = dump.adapters["scale"]
             adapters.append((name, getattr(linear, which)))
     tensors = [p for _, p in adapters]
-    optimizer = choose("optimizer", training.get("optimizer", "sgd"), {  # betas, eps and momentum as update()'s
+    kind, decay = training.get("optimizer", "sgd"), float(training.get("weight_decay", 0))  # the base file's decay
+    optimizer = choose("optimizer", kind, {  # betas, eps and momentum as update()'s; AdamW's decay is its own
         "sgd": lambda: torch.optim.SGD(tensors, lr=1.0),
         "momentum": lambda: torch.optim.SGD(tensors, lr=1.0, momentum=0.9),
-        "adam": lambda: torch.optim.AdamW(tensors, lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)})()
+        "adam": lambda: torch.optim.AdamW(tensors, lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=decay)})()
     clip = float(training.get("clip", 0))
     steps = [(dump.lr, dump.sources, dump.targets_in, dump.targets)] + dump.later
     for k, (lr, *batch) in enumerate(steps):
@@ -959,6 +959,10 @@ def replay_lora(dump, after_adapters, merged=None):
             torch.nn.utils.clip_grad_norm_(tensors, clip)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        if kind != "adam" and decay > 0:  # decoupled, as sgd_step writes it: every adapter shrinks
+            with torch.no_grad():
+                for p in tensors:
+                    p.mul_(1.0 - lr * decay)
         optimizer.step()
     weight_diff = largest(worst(p.detach(), after_adapters[name]) for name, p in adapters)
     if merged is not None:  # --save: each adapted W + s A B, the rest the base's
@@ -1026,18 +1030,21 @@ LORA_VARIANTS = [  # (name, the base's flags, --quantize BITS or None, the fine-
      ["--lora", "2", "--lora-on", "all"]),
     ("lora all, experts, swiglu, 8-bit", ["--experts", "3", "--act", "swiglu", "--balance", "0.1"], 8,
      ["--lora", "2", "--lora-on", "all", "--task", "reverse"]),
+    ("lora all, its base's decay 0.5", ["--weight-decay", "0.5"], None, ["--lora", "2", "--lora-on", "all"]),
+    ("lora qv, momentum, decay 0.5", ["--optimizer", "momentum", "--weight-decay", "0.5"], None, ["--lora", "2"]),
 ]
 LORA_BASE_FLAGS = ["--steps", "20", "--batch", "4", "--optimizer", "adam", "--eval-every", "20"]
-LORA_STEP_FLAGS = ["--steps", "3", "--lr", "0.01"]  # three Adam steps of the adapters alone
+LORA_STEP_FLAGS = ["--steps", "3", "--lr", "0.01"]  # three steps of the adapters alone, by the base's optimizer
 
 
 def check_lora_variant(base_flags, bits, lora_flags, workdir):
-    """A base trained LORA_BASE_FLAGS (then quantized), fine-tuned three steps (the dump holds their batches), then
-    one step more from the adapters it saved (--adapters: logits through trained adapters). Worst of both runs."""
+    """A base trained LORA_BASE_FLAGS and the variant's (Adam, unless they say; then quantized), fine-tuned three steps
+    (the dump holds their batches), then one step more from the adapters it saved (--adapters: logits through trained
+    adapters). Worst of both runs."""
     at = Path(workdir)
     base, dump1, dump2, after1, after2, merged = (at / f for f in ("base.txt", "step.txt", "step2.txt",
                                                                    "adapters.txt", "adapters2.txt", "merged.txt"))
-    run_sorter([*base_flags, *LORA_BASE_FLAGS, "--save", str(base)], workdir)
+    run_sorter([*LORA_BASE_FLAGS, *base_flags, "--save", str(base)], workdir)  # a variant's flag comes last: it wins
     if bits:
         run_sorter(["--load", str(base), "--quantize", str(bits), "--save", str(base)], workdir)
     tune = ["--task"] + [lora_flags[lora_flags.index("--task") + 1]] if "--task" in lora_flags else []
@@ -1062,8 +1069,9 @@ def check():
           f"PyTorch {torch.__version__} autograd and optimizers, float64")
     print("flash variants against " + ("F.scaled_dot_product_attention" if HAS_SDPA else
           "this file's attention() (this PyTorch has no F.scaled_dot_product_attention; 2.0 on has)"))
-    print(f"lora variants (chapter 12): a base ({' '.join(LORA_BASE_FLAGS)}, then --quantize BITS), its adapters "
-          f"trained {' '.join(LORA_STEP_FLAGS)}, then one step on from those: the twin's own adapters, base frozen")
+    print(f"lora variants (chapter 12): a base ({' '.join(LORA_BASE_FLAGS)}, then the variant's flags; then "
+          f"--quantize BITS), its adapters trained {' '.join(LORA_STEP_FLAGS)} by its optimizer (and decay), then one "
+          f"step on from those: the twin's own adapters, base frozen")
     print(f"worst |difference| per variant; a variant fails above {TOLERANCE:g} or when an output differs (greedy, "
           f"and beam 3's hypotheses)\n")
     print(f"{'variant':<32} {'logits':>9} {'loss':>9} {'weights':>9}  {'greedy':>6}  {'beam':>4}")
