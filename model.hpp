@@ -33,8 +33,8 @@ struct ModelConfig {
     Activation activation = Activation::relu;     // chapter 04's gelu, swiglu
     bool embed_scale = true;      // multiply embeddings by sqrt(d_model), as in the paper
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
-    double dropout = 0.0;         // P: in training, on the embeddings and on every sublayer's output (paper: 0.1)
-    double attn_dropout = 0.0;    // P: in training, on the attention weights (the tutorials' place)
+    double dropout = 0.0;         // P_drop: in training, on the embeddings and every sublayer's output (paper: 0.1)
+    double attn_dropout = 0.0;    // P_drop: in training, on the attention weights (the tutorials' place)
     // The later chapters' choices, each off (the paper's) by default:
     bool rms_norm = false;        // RMSNorm in place of every LayerNorm (chapter 04)
     bool no_bias = false;         // no bias in the feed-forward and the output projection (Llama's; attention has none)
@@ -258,7 +258,7 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 // heads, so W_k and W_v, and the decoding cache, are N / n_heads the size (the paper: N = n_heads).
 struct MultiHeadAttention {
     int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
-    double attn_dropout = 0.0;          // P of the attention weights' dropout, in training
+    double attn_dropout = 0.0;          // P_drop of the attention weights' dropout, in training
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map

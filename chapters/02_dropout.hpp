@@ -1,9 +1,10 @@
 // chapters/02_dropout.hpp -- dropout, the paper's regularizer (section 5.4), forward and backward.
 //
-// What it adds: --dropout P on the embeddings and on every sublayer's output, before the residual sum (the paper's
-// residual dropout), and --attn-dropout P on the attention weights (the tutorials' place). Off by default, and
-// outside training always: a first reading takes dropout(x) as x and dropout_backward(dy) as dy. What it changes in
-// the first part: the blocks call these two where the paper drops, and keep the factors their backward reads.
+// What it adds: --dropout P_drop (the paper's name for the chance) on the embeddings and on every sublayer's output,
+// before the residual sum (the paper's residual dropout), and --attn-dropout P_drop on the attention weights (the
+// tutorials' place). Off by default, and outside training always: a first reading takes dropout(x) as x and
+// dropout_backward(dy) as dy. What it changes in the first part: the blocks call these two where the paper drops,
+// and keep the factors their backward reads.
 #pragma once
 
 #include <cstddef>
