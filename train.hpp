@@ -39,7 +39,7 @@ struct TrainConfig {
     Schedule schedule = Schedule::linear;
     long warmup = 1000;  // steps of Schedule::warmup's rise
     // Regularisers, each off at 0: the paper's label smoothing (0.1 there), minGPT's and nanoGPT's the others.
-    double label_smoothing = 0.0;  // E: cross_entropy's target row is (1 - E) one_hot + E / vocab
+    double label_smoothing = 0.0;  // eps_ls: cross_entropy's target row is (1 - eps_ls) one_hot + eps_ls / vocab
     double clip = 0.0;             // the gradients' global norm is scaled down to at most this (Optimizer)
     double weight_decay = 0.0;     // every matrix shrinks by the factor 1 - lr weight_decay a step (Optimizer)
 };
@@ -167,17 +167,17 @@ struct Dataset {
 // exercise cross-entropy: end
 // weight scales the gradient (1 / batch size, so a batch's gradient is the mean of its examples).
 // Every position counts, PAD targets too: PAD is how the model says "the output ends here".
-// Label smoothing E > 0 (the paper's 0.1, PyTorch's label_smoothing=E) aims at q = (1 - E) one_hot + E / vocab
+// Label smoothing eps_ls > 0 (paper: 0.1; PyTorch's label_smoothing) aims at q = (1 - eps_ls) one_hot + eps_ls / vocab
 // instead of the one-hot, so the model is never pushed to certainty: loss -(1/T) sum_t sum_v q[v] log p_t[v],
 // exercise cross-entropy: begin
 // gradient (p_t - q) / T, since -sum_v q[v] log p[v] = -sum_v q[v] z[v] + log sum_v exp(z[v]) when sum_v q[v] = 1.
 // exercise cross-entropy: end
-// (The Annotated Transformer spreads E over vocab - 2 tokens, none on the target or PAD, and minimises a KL
+// (The Annotated Transformer spreads eps_ls over vocab - 2 tokens, none on the target or PAD, and minimises a KL
 // divergence, the same gradient up to that spread; we take PyTorch's, so the twin checks us with its own loss.)
 inline double cross_entropy(const Matrix& logits, const std::vector<int>& target, double weight,
                             Matrix& d_logits, double smoothing = 0.0) {
     int T = logits.rows;
-    double loss = 0.0, spread = smoothing / logits.cols;  // E / vocab, every token's share of the smoothing
+    double loss = 0.0, spread = smoothing / logits.cols;  // eps_ls / vocab, every token's share of the smoothing
     std::vector<double> exps(logits.cols);                 // one row's exp(logits[t][v] - max)
     for (int t = 0; t < T; t++) {
         // log p_t[k] = logits[t][k] - max - log(sum_v exp(logits[t][v] - max)), the max trick again:
