@@ -10,8 +10,8 @@
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
 //
 // The model multiplies with engine/kernels.hpp's *_fast kernels: the same bits as matmul and matmul_bt here, faster.
-// Every backward, given dL/d(output), ADDS (+=) dL/d(input) into gradients the caller zeroed: the chain rule's sum
-// over every path from an input to the loss. `// exercise NAME: begin` .. `end` mark an answer a class writes itself
+// Every backward, given d loss/d output, ADDS (+=) d loss/d input into gradients the caller zeroed: the chain
+// rule's sum over every path to the loss. `// exercise NAME: begin` .. `end` mark an answer a class writes itself
 // (docs/course.md): `make exercise` cuts it out of a student's copy, leaving a gap that throws "not written yet".
 #pragma once
 
