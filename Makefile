@@ -322,7 +322,7 @@ compare: sorter
 # its seed corpus for FUZZ_SECONDS. What it finds goes to fuzz/work/ (ignored by git), so the checked-in
 # seeds stay as they are; a crash stops make with the input that caused it, saved there.
 FUZZ_SECONDS  ?= 60
-FUZZ_TARGETS  := checkpoint train_data options pictures
+FUZZ_TARGETS  := checkpoint adapters train_data options pictures
 FUZZ_CXX      ?= clang++
 fuzz/fuzz: fuzz/targets.cpp $(HEADERS) $(WORKBENCH) Makefile
 	$(FUZZ_CXX) $(FIXED) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ fuzz/targets.cpp

@@ -1,11 +1,13 @@
 // fuzz/targets.cpp -- libFuzzer targets: every reader of outside input, fed bytes a fuzzer makes up.
 //
-// One file, four targets, one binary: `make fuzz` builds fuzz/fuzz with clang -fsanitize=fuzzer,address,undefined,
+// One file, five targets, one binary: `make fuzz` builds fuzz/fuzz with clang -fsanitize=fuzzer,address,undefined,
 // then runs each target (FUZZ_TARGET=<target>) for FUZZ_SECONDS (default 60) from its seed corpus in
 // fuzz/corpus/<target>/. A target passes when no input crashes, hangs, leaks or trips a sanitizer:
 // a bad input may only end in the UsageError whose one line main() prints.
 //   checkpoint   read_checkpoint: the --load file (float64 and quantized: tiny-q4.txt, tiny-q8.txt; a LoRA run under
 //                way, its adapters and their running means: tiny-lora.txt)
+//   adapters     read_adapters: the --adapters file (LoRA, chapter 12), onto the base it was saved from
+//                (fuzz/corpus/checkpoint/tiny.txt, read once; its adapters on W_q W_v and on every matrix)
 //   train_data   read_train_data: the --train-data file
 //   options      parse_options: a command line (the input's words, split at NUL or newline)
 //   pictures     a model read from a checkpoint, then every picture drawn from it: the terminal
@@ -14,6 +16,7 @@
 #include "../workbench/checkpoint.hpp"  // read_checkpoint
 #include "../workbench/files.hpp"       // read_train_data
 #include "../workbench/inspect.hpp"     // trace_shapes, print_params
+#include "../workbench/lora.hpp"        // read_adapters
 #include "../workbench/options.hpp"     // parse_options, print_help
 #include "../workbench/svg.hpp"         // attention_svg, positions_svg
 #include "../workbench/terminal.hpp"    // print_attention, print_positions
@@ -29,6 +32,18 @@ void fuzz_checkpoint(const std::string& input) {
     TrainState state(train, 1);
     Origin origin;
     read_checkpoint(in, "--load fuzz", data, train, state, origin);
+}
+void fuzz_adapters(const std::string& input) {
+    static const Transformer base = [] {  // the base the seeds' adapters were saved on, read once
+        DataConfig data;
+        TrainConfig train;
+        TrainState state(train, 1);
+        Origin origin;
+        return load_checkpoint("fuzz/corpus/checkpoint/tiny.txt", data, train, state, origin);
+    }();
+    Transformer model = base;
+    std::istringstream in(input);
+    read_adapters(in, "--adapters fuzz", "tiny.txt", model);
 }
 void fuzz_train_data(const std::string& input) {
     std::istringstream in(input);
@@ -73,8 +88,8 @@ void fuzz_pictures(const std::string& input) {
 
 // One binary for the four (one compile, not four): FUZZ_TARGET names the target a run fuzzes.
 const std::vector<std::pair<std::string, void (*)(const std::string&)>> TARGETS = {
-    {"checkpoint", fuzz_checkpoint}, {"train_data", fuzz_train_data}, {"options", fuzz_options},
-    {"pictures", fuzz_pictures}};
+    {"checkpoint", fuzz_checkpoint}, {"adapters", fuzz_adapters}, {"train_data", fuzz_train_data},
+    {"options", fuzz_options}, {"pictures", fuzz_pictures}};
 void (*target)(const std::string&) = nullptr;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

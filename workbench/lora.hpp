@@ -83,10 +83,10 @@ inline void write_adapters(FILE* f, Transformer& model, uint64_t fingerprint) {
     }
     std::fprintf(f, "end\n");
 }
-// --adapters FILE onto the --load base: checked word by word, as a checkpoint is (a cut file is one line).
-inline void read_adapters(const std::string& path, const std::string& base_path, Transformer& model) {
-    std::ifstream in = open_input(path, "--adapters " + path);
-    WordReader r{in, "--adapters " + path, 1, ""};
+// --adapters FILE onto the --load base: checked word by word, as a checkpoint is (a cut file is one line). `what`
+// names the input in messages ("--adapters FILE").
+inline void read_adapters(std::istream& in, const std::string& what, const std::string& base_path, Transformer& model) {
+    WordReader r{in, what, 1, ""};
     std::string magic = r.next();
     if (magic != "sorter-adapters")
         r.error("not a sorter adapters file (the first word should be 'sorter-adapters', found '" + magic +
@@ -94,8 +94,8 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
     if (r.expect("the format version") != "1") r.error("format version is not supported (this program reads 1)");
     const uint64_t fingerprint = r.whole_u64("base"), own = base_fingerprint(model);
     if (fingerprint != own)
-        fail(fmt("--adapters %s was trained on another base (fingerprint %llu; --load %s is %llu): load the model "
-                 "they were trained on", path.c_str(), (unsigned long long)fingerprint, base_path.c_str(),
+        fail(fmt("%s was trained on another base (fingerprint %llu; --load %s is %llu): load the model "
+                 "they were trained on", what.c_str(), (unsigned long long)fingerprint, base_path.c_str(),
                  (unsigned long long)own));
     const long R = r.whole("rank", 1, MAX_LORA_RANK);
     const double alpha = r.number("alpha", 1e-9, MAX_LORA_ALPHA);
@@ -139,6 +139,10 @@ inline void read_adapters(const std::string& path, const std::string& base_path,
     each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
         if (std::find(named.begin(), named.end(), name) == named.end()) linear.lora = Adapter();  // not in the file
     });
+}
+inline void read_adapters(const std::string& path, const std::string& base_path, Transformer& model) {
+    std::ifstream in = open_input(path, "--adapters " + path);
+    read_adapters(in, "--adapters " + path, base_path, model);
 }
 
 // ---------------------------------------------------------------------------------------------
