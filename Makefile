@@ -259,7 +259,8 @@ tests-tsan: $(HEADERS) $(BESIDE_TESTS) Makefile doctest-main.o
 sanitize: tests-sanitize tests-tsan
 	+@$(MAKE) --no-print-directory sanitize-run-address sanitize-run-thread
 # Two halves side by side, as make test's but with the chapters' tests in the second and the whole runs' tests
-# (run_test.cpp) in the first, which makes them even (about 120 and 130 CPU seconds here). Four slow tests run in
+# (run_test.cpp) in the first, which makes them even (side by side on a quiet machine 137 s, where the longer half had
+# taken 209 before it moved and the four below were left out). Four slow tests run in
 # make test alone, whose length is repetition: "a trained model sorts" (44 s here under the sanitizers) trains the
 # blocks that the shorter trainings take through every line; the threads' same bits on 1, 2, 3 and 8 threads (108 s)
 # runs under ThreadSanitizer below; a killed fine-tuning run finished (57 s: three runs, each three times) takes the

@@ -23,23 +23,28 @@
 
 #include <cstdio>
 #include <cstdlib>  // getenv
+#include <fstream>
+
+// A checkpoint read as --load reads it; its data settings into `data`, the training state it carries dropped.
+Transformer checkpoint_from(std::istream& in, const std::string& what, DataConfig& data) {
+    TrainConfig train;
+    TrainState state(train, 1);
+    Origin origin;
+    return read_checkpoint(in, what, data, train, state, origin);
+}
 
 // Each target: one reader of outside input, fed the fuzzer's bytes.
 void fuzz_checkpoint(const std::string& input) {
     std::istringstream in(input);
     DataConfig data;
-    TrainConfig train;
-    TrainState state(train, 1);
-    Origin origin;
-    read_checkpoint(in, "--load fuzz", data, train, state, origin);
+    checkpoint_from(in, "--load fuzz", data);
 }
 void fuzz_adapters(const std::string& input) {
     static const Transformer base = [] {  // the base the seeds' adapters were saved on, read once
+        const std::string path = "fuzz/corpus/checkpoint/tiny.txt";
+        std::ifstream file = open_input(path, "--load " + path);
         DataConfig data;
-        TrainConfig train;
-        TrainState state(train, 1);
-        Origin origin;
-        return load_checkpoint("fuzz/corpus/checkpoint/tiny.txt", data, train, state, origin);
+        return checkpoint_from(file, "--load " + path, data);
     }();
     Transformer model = base;
     std::istringstream in(input);
@@ -70,10 +75,7 @@ void fuzz_options(const std::string& input) {
 void fuzz_pictures(const std::string& input) {
     std::istringstream in(input);
     DataConfig data;
-    TrainConfig train;
-    TrainState state(train, 1);
-    Origin origin;
-    Transformer model = read_checkpoint(in, "--load fuzz", data, train, state, origin);
+    Transformer model = checkpoint_from(in, "--load fuzz", data);
     Rng rng(1);
     Example e = make_example(random_digits(rng, data), data);
     std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];
@@ -86,7 +88,7 @@ void fuzz_pictures(const std::string& input) {
     if (const Matrix* table = model.embed.position_table()) positions_svg(*table, "fuzz");
 }
 
-// One binary for the four (one compile, not four): FUZZ_TARGET names the target a run fuzzes.
+// One binary for the five (one compile, not five): FUZZ_TARGET names the target a run fuzzes.
 const std::vector<std::pair<std::string, void (*)(const std::string&)>> TARGETS = {
     {"checkpoint", fuzz_checkpoint}, {"adapters", fuzz_adapters}, {"train_data", fuzz_train_data},
     {"options", fuzz_options}, {"pictures", fuzz_pictures}};
