@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -195,34 +196,33 @@ struct SavedAttention {  // what one head of one sequence saved for its backward
     Matrix Q, K, V;          // the inputs: (T, d_k), (S, d_k), (S, d_k)
     Matrix P;                // the attention weights (T, S); row i says where query i looked
     Matrix P_dropped, keep;  // attention dropout only: dropout(P) (T, S), which meets V, and its factors
-    Matrix O;                          // attention in tiles only (chapter 08): the output (T, d_k) and, a query
-    std::vector<double> log_sum_exp;   // row each, m + log l (T); no P
 };
 
 // A blocked score is REPLACED by -1e9 (the paper adds -inf), never -inf or NaN: after the row max is
 // subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
-// The scores (T, S) made weights P (T, S): ALiBi's penalty (a slope above 0: chapter 05; query i at position
-// first_query + i), the mask, the softmax. attention() moves Q, K, V into `saved` for backward (no copy); attention
-// dropout (in training) gives O = dropout(P) V, and `saved` keeps P as it was: the maps show it before dropout.
-inline Matrix attention_weights(Matrix scores, const Matrix& mask, double alibi_slope, int first_query) {
-    if (alibi_slope > 0.0)
-        for (int i = 0; i < scores.rows; i++)
-            for (int j = 0; j < scores.cols; j++) scores.at(i, j) -= alibi_slope * std::abs(first_query + i - j);
+// attention() in its three steps: the scores (T, S) = Q K^T / sqrt(d_k) (matmul_bt, faster), made weights P (T, S) by
+// the mask and the softmax, and O = P V. It moves Q, K, V into `saved` for backward (no copy); attention dropout (in
+// training) gives O = dropout(P) V, and `saved` keeps P as it was: the maps show it before dropout.
+inline Matrix attention_scores(const Matrix& Q, const Matrix& K) {
+    return scale(matmul_bt_fast(Q, K), 1.0 / std::sqrt(double(Q.cols)));
+}
+inline Matrix attention_weights(Matrix scores, const Matrix& mask) {
     if (!mask.empty())
         for (std::size_t i = 0; i < scores.data.size(); i++)
             if (mask.data[i] == 0.0) scores.data[i] = MASKED;
     return softmax_rows(scores);
 }
-inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, SavedAttention& saved, double p = 0.0,
-                        Rng* dropout_draws = nullptr, double alibi_slope = 0.0, int first_query = 0) {
-    const double inv_sqrt_dk = 1.0 / std::sqrt(double(Q.cols));
-    Matrix scores = scale(matmul_bt_fast(Q, K), inv_sqrt_dk);  // (T, S) = Q K^T / sqrt(d_k); matmul_bt, faster
-    Matrix P = attention_weights(std::move(scores), mask, alibi_slope, first_query);  // (T, S)
-    saved = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix(), Matrix(), {}};
-    if (dropout_draws && p > 0.0) saved.P_dropped = dropout(saved.P, p, dropout_draws, saved.keep);
+inline Matrix attention_output(Matrix P, Matrix Q, Matrix K, Matrix V, SavedAttention& saved, double p, Rng* draws) {
+    saved = {std::move(Q), std::move(K), std::move(V), std::move(P), Matrix(), Matrix()};
+    if (draws && p > 0.0) saved.P_dropped = dropout(saved.P, p, draws, saved.keep);
     return matmul_fast(saved.keep.empty() ? saved.P : saved.P_dropped, saved.V);  // (T, d_k)
+}
+inline Matrix attention(Matrix Q, Matrix K, Matrix V, const Matrix& mask, SavedAttention& saved, double p = 0.0,
+                        Rng* dropout_draws = nullptr) {
+    Matrix P = attention_weights(attention_scores(Q, K), mask);  // (T, S)
+    return attention_output(std::move(P), std::move(Q), std::move(K), std::move(V), saved, p, dropout_draws);
 }
 // Undo attention() line by line, last line first. Adds into dQ (T, d_k), dK, dV (S, d_k).
 inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix& dQ, Matrix& dK,
@@ -246,7 +246,48 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
     // exercise attention: end
 }
 
-// Positions in attention (rotary, ALiBi) and attention in tiles, which MultiHeadAttention calls: later chapters.
+// ---------------------------------------------------------------------------------------------
+// How each head attends: the paper's way is attention() above, on Q and K as projected. A later chapter derives a way
+// of its own (chapter 05: positions in attention, rotary and ALiBi; chapter 08: attention in tiles), and a model is
+// built with one (head_attention_of, chapter 08), so MultiHeadAttention below writes its loop over heads once.
+//   q (T, d_k), k and v (S, d_k): head h of sequence e; mask_e (T, S) that sequence's mask written out.
+struct HeadAttention {
+    virtual ~HeadAttention() = default;
+    virtual std::unique_ptr<HeadAttention> copy() const { return std::make_unique<HeadAttention>(*this); }
+    // Q or K (n_seq L, heads d_k) before the heads read it, each sequence's rows at positions first ..; and back.
+    virtual Matrix ready(Matrix X, int /*L*/, int /*first*/) const { return X; }
+    virtual Matrix ready_backward(Matrix dX, int /*L*/, int /*first*/) const { return dX; }
+    // Before n_seq sequences' heads attend: whether they must run in turn (attention dropout draws in order).
+    virtual bool start(const Mask& /*mask*/, int /*n_seq*/, double p, Rng* draws) { return draws && p > 0.0; }
+    virtual Matrix sequence_mask(const Mask& mask, int e, int T, int S) const { return mask.of_sequence(e, T, S); }
+    // The scores (T, S) made weights; the queries' positions start at first_query (decoding: further on).
+    virtual Matrix weights(Matrix scores, const Matrix& mask_e, int /*h*/, int /*first_query*/) const {
+        return attention_weights(std::move(scores), mask_e);
+    }
+    virtual Matrix attend(Matrix q, Matrix k, Matrix v, const Matrix& mask_e, int /*e*/, int h, SavedAttention& kept,
+                          double p, Rng* draws) {  // attention(), with this way's weights
+        Matrix P = weights(attention_scores(q, k), mask_e, h, 0);
+        return attention_output(std::move(P), std::move(q), std::move(k), std::move(v), kept, p, draws);
+    }
+    virtual void attend_backward(const Matrix& dO, const SavedAttention& kept, int /*e*/, int /*h*/, Matrix& dQ,
+                                 Matrix& dK, Matrix& dV) const {
+        attention_backward(dO, kept, dQ, dK, dV);
+    }
+};
+// A pointer that copies what it points to when it is copied: each copy of a model owns its way.
+template <typename T>
+struct Owned {
+    std::unique_ptr<T> p = std::make_unique<T>();
+    Owned() = default;
+    Owned(std::unique_ptr<T> q) : p(std::move(q)) {}
+    Owned(const Owned& o) : p(o.p->copy()) {}
+    Owned(Owned&&) = default;
+    Owned& operator=(const Owned& o) { p = o.p->copy(); return *this; }
+    Owned& operator=(Owned&&) = default;
+    T* operator->() const { return p.get(); }
+    T* get() const { return p.get(); }
+};
+// Later chapters' ways (positions in attention, attention in tiles), and head_attention_of, which picks one.
 #include "chapters/05_positions.hpp"
 #include "chapters/08_attention_in_tiles.hpp"
 
@@ -262,52 +303,38 @@ struct MultiHeadAttention {
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
     Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
-    bool rotary = false;                // chapter 05, self-attention: Q and K turned by position
-    std::vector<double> alibi_slopes;   // chapter 05, self-attention: each head's ALiBi slope (empty: none)
-    InTiles tiles;                      // chapter 08: attention in tiles, in training
+    Owned<HeadAttention> heads;         // how each head attends: the paper's, unless the model was built otherwise
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
         : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
           W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, kv_heads * d_k, false, rng),
-          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng) {
-        rotary = self_attention && turns_queries_and_keys(c.positions);  // cross-attention: no positions
-        if (self_attention && lowers_scores_by_distance(c.positions)) alibi_slopes = alibi_slopes_of(c.n_heads);
-    }
+          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng),
+          heads(head_attention_of(c, self_attention)) {}
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
             linear->list_parameters(name + suffix, "", list);
     }
-    // With rotary positions, Q or K turned (sign -1: back), its sequences of L rows starting at position `first`.
-    Matrix turned(Matrix X, int L, int first, double sign = 1.0) const {
-        if (!rotary) return X;  // moved out, not copied (a ?: with X would copy it)
-        return rotate_pairs(std::move(X), L, first, d_k, sign);
-    }
     // The projections see every row of the batch at once; each sequence attends only to its own rows.
     Matrix forward(const Matrix& x_q, const Matrix& x_kv, const Mask& mask, int n_seq = 1) {
-        return attend(turned(W_q.forward(x_q), x_q.rows / n_seq, 0), turned(W_k.forward(x_kv), x_kv.rows / n_seq, 0),
-                      W_v.forward(x_kv), mask, n_seq);
+        return attend(heads->ready(W_q.forward(x_q), x_q.rows / n_seq, 0),
+                      heads->ready(W_k.forward(x_kv), x_kv.rows / n_seq, 0), W_v.forward(x_kv), mask, n_seq);
     }
     // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k) -> every head, joined, projected by W_o (decoding: ch. 10).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq, kv_mul = n_heads / kv_heads;  // query heads a K, V head reads
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
-        if (tiles.on) tiles.start(mask, attn_dropout, dropout_draws);
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
         // attention dropout in turn, since its masks are drawn in order. (Not heads: kv_mul of them share one K, V.)
-        const bool in_turn = dropout_draws && attn_dropout > 0.0 && !tiles.on;
+        const bool in_turn = heads->start(mask, n_seq, attn_dropout, dropout_draws);
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
-            Matrix mask_e = tiles.on ? Matrix() : mask.of_sequence(e, T, S);  // (T, S); in tiles, none
+            Matrix mask_e = heads->sequence_mask(mask, e, T, S);  // (T, S)
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / kv_mul * d_k;  // head h owns columns col ..; its K and V, kv_col ..
-                const double slope = alibi_slopes.empty() ? 0.0 : alibi_slopes[h];
                 Matrix q = take_block(Q, e * T, T, col, d_k), k = take_block(K, e * S, S, kv_col, d_k),
                        v = take_block(V, e * S, S, kv_col, d_k);
-                SavedAttention& kept = saved[e * n_heads + h];
-                Matrix O_h = tiles.on ? flash_attention(std::move(q), std::move(k), std::move(v), mask, e, kept,
-                                                        tiles.dropout(e, h, n_heads, T, S), slope)
-                                      : attention(std::move(q), std::move(k), std::move(v), mask_e, kept, attn_dropout,
-                                                  dropout_draws, slope);
+                Matrix O_h = heads->attend(std::move(q), std::move(k), std::move(v), mask_e, e, h,
+                                           saved[e * n_heads + h], attn_dropout, dropout_draws);
                 add_into_block(O_h, e * T, col, joined);  // (T, d_k)
             }
         });
@@ -324,8 +351,9 @@ struct MultiHeadAttention {
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = h / kv_mul * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
-                // attend: O_h = attention(...); add_into_block(O_h, e * T, col, joined)
-                head_backward(take_block(d_joined, e * T, T, col, d_k), e, h, T, S, dQ_h, dK_h, dV_h);
+                // attend: O_h = heads->attend(...); add_into_block(O_h, e * T, col, joined)
+                heads->attend_backward(take_block(d_joined, e * T, T, col, d_k), saved[std::size_t(e) * n_heads + h],
+                                       e, h, dQ_h, dK_h, dV_h);
                 // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The kv_mul
                 // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
@@ -334,26 +362,14 @@ struct MultiHeadAttention {
             }
         });
         // exercise heads: end
-        // exercise rotary: begin
-        // forward: Q, K turned by position, Y = R X pair by pair   so   dX = R^T dY: the rotation by minus the angle
-        // exercise rotary: end
-        // exercise rotary: begin
-        dQ = turned(std::move(dQ), T, 0, -1.0);
-        dK = turned(std::move(dK), S, 0, -1.0);
-        // exercise rotary: end
-        // forward: Q = W_q.forward(x_q), K = W_k.forward(x_kv), V = W_v.forward(x_kv)
+        // forward: Q = heads->ready(W_q.forward(x_q)), K = heads->ready(W_k.forward(x_kv)), V = W_v.forward(x_kv)
+        dQ = heads->ready_backward(std::move(dQ), T, 0);
+        dK = heads->ready_backward(std::move(dK), S, 0);
         // exercise heads: begin (uses d_xq d_xkv)
         accumulate(d_xq, W_q.backward(dQ));
         accumulate(d_xkv, W_k.backward(dK));
         accumulate(d_xkv, W_v.backward(dV));
         // exercise heads: end
-    }
-    // Head h of sequence e: attention_backward, or chapter 08's when the forward ran in tiles (it saved no P).
-    void head_backward(const Matrix& dO_h, int e, int h, int T, int S, Matrix& dQ_h, Matrix& dK_h, Matrix& dV_h) const {
-        const SavedAttention& c = saved[std::size_t(e) * n_heads + h];
-        if (c.log_sum_exp.empty()) attention_backward(dO_h, c, dQ_h, dK_h, dV_h);
-        else flash_attention_backward(dO_h, c, tiles.seen, e, tiles.dropout(e, h, n_heads, T, S),
-                                      alibi_slopes.empty() ? 0.0 : alibi_slopes[h], dQ_h, dK_h, dV_h);
     }
     Matrix backward_self(const Matrix& d_out) {  // self-attention: x feeds Q and K, V; both add into dx
         Matrix dx(d_out.rows, W_q.x.cols);
@@ -611,11 +627,8 @@ struct Transformer {
     bool training = false;
     void train(bool on) {
         training = on;
-        const bool tiled = on && attends_in_tiles(config.attention);  // --attention flash: in training only
         for (EncoderBlock& block : encoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
         for (DecoderBlock& block : decoder) block.set_dropout_draws(on ? &dropout_draws : nullptr);
-        for (EncoderBlock& block : encoder) block.self_attn.tiles.on = tiled;
-        for (DecoderBlock& block : decoder) block.self_attn.tiles.on = block.cross_attn.tiles.on = tiled;
     }
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
     Transformer() = default;

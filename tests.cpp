@@ -1122,15 +1122,18 @@ TEST_CASE("ALiBi: the paper's slopes, and scores lowered by distance") {
     for (int h = 0; h < 8; h++) CHECK(eight[h] == std::ldexp(1.0, -(h + 1)));
     CHECK(six == std::vector<double>{0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125});
     CHECK(alibi_slopes_of(1) == std::vector<double>{std::ldexp(1.0, -8)});
-    Matrix Q(2, 2), K(3, 2), V = Matrix(3, 2, 1.0);  // zero scores: only the bias is left
-    SavedAttention saved;
-    attention(Q, K, V, Matrix(), saved, 0.0, nullptr, 0.5, 1);  // queries at positions 1 and 2
+    Matrix Q(2, 2), K(3, 2);  // zero scores: only the bias is left
+    PositionsInAttention alibi;
+    alibi.alibi_slopes = {0.5};
+    const Matrix P = alibi.weights(attention_scores(Q, K), Matrix(), 0, 1);  // queries at positions 1 and 2
     for (int i = 0; i < 2; i++) {
         double total = 0.0;
         for (int j = 0; j < 3; j++) total += std::exp(-0.5 * std::abs(1 + i - j));
         for (int j = 0; j < 3; j++)
-            CHECK(std::fabs(saved.P.at(i, j) - std::exp(-0.5 * std::abs(1 + i - j)) / total) < 1e-15);
+            CHECK(std::fabs(P.at(i, j) - std::exp(-0.5 * std::abs(1 + i - j)) / total) < 1e-15);
     }
+    alibi.alibi_slopes = {0.25};
+    SavedAttention saved;
     Rng rng(85);
     for (bool causal : {false, true}) {
         Matrix q = random_matrix(4, 4, rng), k = random_matrix(4, 4, rng), v = random_matrix(4, 4, rng);
@@ -1138,8 +1141,8 @@ TEST_CASE("ALiBi: the paper's slopes, and scores lowered by distance") {
         Matrix mask = causal ? causal_mask(4) : Matrix();
         check_block(causal ? "attention (ALiBi, causal)" : "attention (ALiBi, two-sided)",
                     {tensor("Q", q, dq), tensor("K", k, dk), tensor("V", v, dv)},
-                    [&] { return attention(q, k, v, mask, saved, 0.0, nullptr, 0.25); },
-                    [&](const Matrix& G) { attention_backward(G, saved, dq, dk, dv); });
+                    [&] { return alibi.attend(q, k, v, mask, 0, 0, saved, 0.0, nullptr); },
+                    [&](const Matrix& G) { alibi.attend_backward(G, saved, 0, 0, dq, dk, dv); });
     }
 }
 
@@ -1176,7 +1179,7 @@ TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positio
     c.positions = Positions::rope;  // cross-attention takes none: its queries and keys stay as projected
     Rng rng(87);
     MultiHeadAttention mha(c, rng);
-    CHECK(!mha.rotary);
+    CHECK(typeid(*mha.heads.get()) == typeid(HeadAttention));  // the paper's way
     Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
     Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
     check_block("MHA (GQA 4 on 2, cross)",
@@ -1282,7 +1285,9 @@ TEST_CASE("attention in tiles: equal to plain attention on O, L, dQ, dK, dV, eve
             INFO("T " << T << ", S " << S << ", kind " << kind);
             // Plain: attention() and attention_backward, dropout's factors replayed into its saved keep.
             SavedAttention plain;
-            Matrix O_plain = attention(Q, K, V, mask.of_sequence(0, T, S), plain, 0.0, nullptr, slope);
+            PositionsInAttention alibi;  // ALiBi's weights: slope 0 lowers nothing
+            alibi.alibi_slopes = {slope};
+            Matrix O_plain = alibi.attend(Q, K, V, mask.of_sequence(0, T, S), 0, 0, plain, 0.0, nullptr);
             if (dropped.p > 0.0) {
                 plain.keep = Matrix(T, S);
                 for (int i = 0; i < T; i++)
@@ -1310,12 +1315,13 @@ TEST_CASE("attention in tiles: equal to plain attention on O, L, dQ, dK, dV, eve
             }
             // In tiles.
             SavedAttention tiled;
-            const Matrix O_tiled = flash_attention(Q, K, V, mask, 0, tiled, dropped, slope);
+            SavedTiles kept;
+            const Matrix O_tiled = flash_attention(Q, K, V, mask, 0, tiled, kept, dropped, slope);
             Matrix dQ(T, d_k), dK(S, d_k), dV(S, d_k);
-            flash_attention_backward(dO, tiled, mask, 0, dropped, slope, dQ, dK, dV);
+            flash_attention_backward(dO, tiled, kept, mask, 0, dropped, slope, dQ, dK, dV);
             CHECK(tiled.P.empty());  // nothing of (T, S) is kept
             Matrix L_tiled(T, 1);
-            L_tiled.data = tiled.log_sum_exp;
+            L_tiled.data = kept.log_sum_exp;
             CHECK(relative_gap(O_plain, O_tiled) <= SAME_WITHIN);
             CHECK(relative_gap(L_plain, L_tiled) <= SAME_WITHIN);
             CHECK(relative_gap(dQ_plain, dQ) <= SAME_WITHIN);
@@ -1355,7 +1361,7 @@ TEST_CASE("attention in tiles: multi-head attention equal to plain, with GQA, ro
                              Variant{"cross, GQA 4 on 2", 2, Positions::sinusoidal, false, false, 5, 67}}) {
         INFO(v.name);
         ModelConfig c = small_config();
-        c.n_heads = 4, c.kv_heads_asked = v.kv_heads, c.positions = v.positions;
+        c.n_heads = 4, c.kv_heads_asked = v.kv_heads, c.positions = v.positions, c.attention = Attention::flash;
         Rng rng(120);
         const MultiHeadAttention first(c, rng, v.self);
         const int n_seq = 2;
@@ -1367,7 +1373,8 @@ TEST_CASE("attention in tiles: multi-head attention equal to plain, with GQA, ro
         struct Result { Matrix out, dx, d_memory; std::vector<Matrix> grads; };
         auto run = [&](bool tiled) {
             MultiHeadAttention mha = first;
-            mha.tiles.on = tiled;
+            Rng stream(7);  // in tiles while given the model's dropout stream, as in training (no dropout here)
+            mha.dropout_draws = tiled ? &stream : nullptr;
             Result r;
             r.out = mha.forward(x, v.self ? x : memory, mask, n_seq);
             r.dx = Matrix(x.rows, x.cols), r.d_memory = Matrix(memory.rows, memory.cols);
@@ -1397,17 +1404,21 @@ TEST_CASE("gradient: attention in tiles, alone and in multi-head attention") {
         Matrix Q = random_matrix(T, d_k, rng), K = random_matrix(T, d_k, rng), V = random_matrix(T, d_k, rng);
         Matrix dQ(T, d_k), dK(T, d_k), dV(T, d_k);
         SavedAttention saved;
+        SavedTiles kept;
         check_block("flash (causal, PAD, ALiBi, dropout)", {tensor("Q", Q, dQ), tensor("K", K, dK), tensor("V", V, dV)},
-                    [&] { return flash_attention(Q, K, V, mask, 0, saved, dropped, 0.25); },
-                    [&](const Matrix& G) { flash_attention_backward(G, saved, mask, 0, dropped, 0.25, dQ, dK, dV); });
+                    [&] { return flash_attention(Q, K, V, mask, 0, saved, kept, dropped, 0.25); },
+                    [&](const Matrix& G) {
+                        flash_attention_backward(G, saved, kept, mask, 0, dropped, 0.25, dQ, dK, dV);
+                    });
     }
     ModelConfig c = small_config();
     c.n_heads = 4, c.kv_heads_asked = 2, c.positions = Positions::rope, c.attn_dropout = 0.2;
+    c.attention = Attention::flash;
     Rng rng(131);
     MultiHeadAttention mha(c, rng, true);
     Rng stream(132);
     const Rng start = stream;
-    mha.tiles.on = true, mha.dropout_draws = &stream;
+    mha.dropout_draws = &stream;  // in tiles: the model's stream is given, as in training
     Matrix x = random_matrix(2 * 6, c.d_model, rng), dx(2 * 6, c.d_model);
     const Mask mask(true, {{3, 1, PAD, 2, 2, 2}, {1, 2, 3, 4, 5, 6}});
     check_block("MHA in tiles (GQA, rotary, dropout)", with({tensor("x", x, dx)}, tensors_of(params_of(mha, "mha"))),
@@ -1429,6 +1440,9 @@ TEST_CASE("gradient: whole model, attention in tiles") {
     whole.attention = Attention::flash;
     check_model("model (flash, decoder-only, ALiBi, GQA)", whole);
 }
+static bool heads_in_tiles(const MultiHeadAttention& attn) {  // whether its last forward ran in tiles
+    return dynamic_cast<const InTiles&>(*attn.heads.get()).tiled;
+}
 TEST_CASE("attention in tiles: the whole model's gradient equals plain attention's") {
     DataConfig d = tiny_data();
     for (Arch arch : {Arch::encoder_decoder, Arch::decoder_only}) {
@@ -1447,7 +1461,10 @@ TEST_CASE("attention in tiles: the whole model's gradient equals plain attention
             INFO(ARCH_NAMES[int(arch)] << ": " << a[k].first);
             CHECK(relative_gap(a[k].second->grad, b[k].second->grad) <= SAME_WITHIN);
         }
-        for (const DecoderBlock& block : tiled.decoder) CHECK(!block.self_attn.tiles.on);  // outside training: plain
+        const Inputs in = inputs_of(batch, 0, batch.size());
+        for (const DecoderBlock& block : tiled.decoder) CHECK(heads_in_tiles(block.self_attn));  // in training: tiles
+        tiled.forward(in.sources, in.targets_in);
+        for (const DecoderBlock& block : tiled.decoder) CHECK(!heads_in_tiles(block.self_attn));  // outside: plain
     }
 }
 

@@ -3,15 +3,16 @@
 //
 // What it adds: --pos random (Ruoss et al. 2023), --pos rope (Su et al. 2021, RoFormer) and --pos alibi (Press et
 // al. 2022). What it changes in the first part: Embedding reads a row of its table per token (position_ids_of, here),
-// MultiHeadAttention turns its queries and keys (rotate_pairs) when it was built rotary, and attention_weights
-// lowers each score by its distance (alibi_slopes_of gives each head its slope). --pos learned and --pos none are
-// Embedding's own (model.hpp): a table of their own, or nothing added.
+// and self-attention's heads attend in a way of their own (PositionsInAttention, a HeadAttention: model.hpp), which
+// turns the queries and keys (rotate_pairs) or lowers each score by its distance (alibi_slopes_of gives each head its
+// slope). --pos learned and --pos none are Embedding's own (model.hpp): a table of their own, or nothing added.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "../matrix.hpp"
+#include "../model.hpp"  // HeadAttention (this file is read where model.hpp includes it)
 
 // The position ids of L tokens: which row of the position table each reads, 0, 1, ..., L-1. Or, with random
 // positions (--pos random; Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order
@@ -58,7 +59,6 @@ inline Matrix rotate_pairs(Matrix X, int L, int first, int d_k, double sign = 1.
         }
     return X;
 }
-// Its backward is in MultiHeadAttention::backward (model.hpp; an exercise a class writes, docs/course.md).
 
 // ALiBi (--pos alibi; Press et al. 2022), in self-attention only: query i, at position first_query + i, and key j,
 // at position j, have their score lowered by slope x |first_query + i - j|, a constant (no gradient), in
@@ -76,3 +76,34 @@ inline std::vector<double> alibi_slopes_of(int n) {
     for (int h = 1; int(m.size()) < n; h += 2) m.push_back(maths::pow(2.0, -4.0 * h / n0));
     return m;
 }
+
+// Self-attention with positions in it: Q and K turned before the heads read them (rotary), or each head's scores
+// lowered by distance before the softmax (ALiBi); the rest is the paper's attention. Cross-attention keeps the paper's.
+struct PositionsInAttention : HeadAttention {
+    int d_k = 1;
+    bool rotary = false;
+    std::vector<double> alibi_slopes;  // each head's (empty: no ALiBi)
+    std::unique_ptr<HeadAttention> copy() const override { return std::make_unique<PositionsInAttention>(*this); }
+    Matrix ready(Matrix X, int L, int first) const override {  // X (n_seq L, heads d_k)
+        if (!rotary) return X;  // moved out, not copied (a ?: with X would copy it)
+        return rotate_pairs(std::move(X), L, first, d_k);
+    }
+    // exercise rotary: begin
+    // forward: Q, K turned by position, Y = R X pair by pair   so   dX = R^T dY: the rotation by minus the angle
+    // exercise rotary: end
+    Matrix ready_backward(Matrix dX, int L, int first) const override {
+        if (!rotary) return dX;
+        // exercise rotary: begin (uses dX L first)
+        return rotate_pairs(std::move(dX), L, first, d_k, -1.0);
+        // exercise rotary: end
+    }
+    double slope(int h) const { return alibi_slopes.empty() ? 0.0 : alibi_slopes[h]; }
+    // forward: scores -= slope |first_query + i - j|, a constant: the backward passes through it unchanged.
+    Matrix weights(Matrix scores, const Matrix& mask_e, int h, int first_query) const override {
+        const double m = slope(h);
+        if (m > 0.0)
+            for (int i = 0; i < scores.rows; i++)
+                for (int j = 0; j < scores.cols; j++) scores.at(i, j) -= m * std::abs(first_query + i - j);
+        return attention_weights(std::move(scores), mask_e);
+    }
+};

@@ -1,8 +1,9 @@
 // chapters/08_attention_in_tiles.hpp -- attention computed tile by tile (--attention flash; FlashAttention-2).
 //
 // What it adds: the same attention as model.hpp's attention(), within rounding, in memory that grows with T, not
-// T x S. What it changes in the first part: MultiHeadAttention::attend calls flash_attention when it was told to
-// (Transformer::train, in training only), and its backward flash_attention_backward.
+// T x S. What it changes in the first part: MultiHeadAttention's heads attend in a way of their own (InTiles, a
+// HeadAttention: model.hpp), which in training calls flash_attention and its backward flash_attention_backward.
+// Here too is head_attention_of, which picks the way a model's attention is built with.
 #pragma once
 
 #include <algorithm>
@@ -135,10 +136,15 @@ inline void tile_scores(const Matrix& Q, const Matrix& Kt, const Mask& mask, int
     }
 }
 
+// What a head in tiles saves besides Q, K, V (SavedAttention's, whose P stays empty): O and a number a query row.
+struct SavedTiles {
+    Matrix O;                         // the output (T, d_k)
+    std::vector<double> log_sum_exp;  // (T): m + log l, the log of each row's softmax bottom
+};
 // attention(), in tiles: Q (T, d_k), K, V (S, d_k) of sequence e (its mask: mask's rule for e) -> O (T, d_k).
 // Saves Q, K, V, O and log_sum_exp; no P.
 inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, int e, SavedAttention& saved,
-                              const TileDropout& dropped, double alibi_slope = 0.0) {
+                              SavedTiles& tiles, const TileDropout& dropped, double alibi_slope = 0.0) {
     const int T = Q.rows, S = K.rows, d_k = Q.cols;
     const Matrix Kt = transpose(K);  // (d_k, S)
     Matrix O(T, d_k);                // row i: query i's output so far, unnormalised (divided by l at the end)
@@ -174,7 +180,8 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
             log_sum_exp[i0 + r] = m[r] + maths::log(l[r]);            // m + log l: log of softmax's bottom
         }
     }
-    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix(), O, std::move(log_sum_exp)};
+    saved = {std::move(Q), std::move(K), std::move(V), Matrix(), Matrix(), Matrix()};
+    tiles = {O, std::move(log_sum_exp)};
     return O;
 }
 // Undo flash_attention, tile by tile, as FlashAttention-2 does: the keys' tiles outside (each tile's dK, dV sum
@@ -185,15 +192,15 @@ inline Matrix flash_attention(Matrix Q, Matrix K, Matrix V, const Mask& mask, in
 // dP_ij = dO_i . v_j, so sum_j P_ij dP_ij = dO_i . (sum_j P_ij v_j) = dO_i . O_i, one dot product a row, known
 // before any tile is made. With dropout, P_ij meets v_j as P_ij keep_ij and dP_ij = keep_ij (dO_i . v_j): the same
 // sum, so the same D.
-inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, const Mask& mask, int e,
-                                     const TileDropout& dropped, double alibi_slope, Matrix& dQ, Matrix& dK,
-                                     Matrix& dV) {
+inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, const SavedTiles& tiles,
+                                     const Mask& mask, int e, const TileDropout& dropped, double alibi_slope,
+                                     Matrix& dQ, Matrix& dK, Matrix& dV) {
     const int T = c.Q.rows, S = c.K.rows, d_k = c.Q.cols;
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
     const Matrix Kt = transpose(c.K), Vt = transpose(c.V);  // (d_k, S)
     std::vector<double> D(T, 0.0), s(FLASH_QUERIES * FLASH_KEYS);
     for (int i = 0; i < T; i++)  // D = rowsum(dO * O): each row's sum_j P_ij dP_ij (above)
-        for (int p = 0; p < d_k; p++) D[i] += dO.at(i, p) * c.O.at(i, p);
+        for (int p = 0; p < d_k; p++) D[i] += dO.at(i, p) * tiles.O.at(i, p);
     std::vector<std::vector<char>> blind;  // each query tile's rows that see nothing, as forward found them
     for (int i0 = 0; i0 < T; i0 += FLASH_QUERIES) blind.push_back(rows_seeing_nothing(mask, e, T, S, i0, std::min(T, i0 + FLASH_QUERIES)));
     for (int j0 = 0; j0 < S; j0 += FLASH_KEYS) {
@@ -210,8 +217,9 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
             for (int r = 0; r < i1 - i0; r++) {
                 const int i = i0 + r;
                 double* row = &s[std::size_t(r) * FLASH_KEYS];
-                for (int col = 0; col < w; col++) row[col] = maths::exp(row[col] - c.log_sum_exp[i]);  // forward: weight / l
-                double dP[FLASH_KEYS];                                                      //  = exp(score - m) / l
+                for (int col = 0; col < w; col++)  // forward: weight / l = exp(score - m) / l
+                    row[col] = maths::exp(row[col] - tiles.log_sum_exp[i]);
+                double dP[FLASH_KEYS];
                 // forward: o += (weight keep) v, so dP_ij = keep_ij (dO_i . v_j)             (dP = dO V^T)
                 row_times(&dO.data[std::size_t(i) * d_k], Vt, j0, w, dP);
                 for (int col = 0; col < w; col++) {
@@ -240,22 +248,62 @@ inline void flash_attention_backward(const Matrix& dO, const SavedAttention& c, 
     }
 }
 
-// What MultiHeadAttention keeps to attend in tiles: whether it does (Transformer::train turns it on in training), and
-// what its backward asks again: the mask forward was given, and that forward's attention dropout (p 0: none; kept for
-// the backward, when the model's stream is off again) with its one draw, for the dropout's counters.
-struct InTiles {
-    bool on = false;
+// The way heads attend in tiles (a HeadAttention, model.hpp): in training only, which it knows by the model's dropout
+// stream, given only then (Transformer::train); outside training, and for the maps, plain, with chapter 05's
+// positions either way. It keeps what its backward asks again: the mask its forward was given, that forward's
+// attention dropout (p 0: none) with its one draw, for the dropout's counters, and each head's SavedTiles.
+struct InTiles : PositionsInAttention {
+    int n_heads = 1;
+    bool tiled = false;  // whether this forward ran in tiles
     Mask seen;
     double p = 0.0;
     uint64_t seed = 0;
-    void start(const Mask& mask, double attn_dropout, Rng* dropout_draws) {  // at each forward in tiles
-        const bool dropping = dropout_draws && attn_dropout > 0.0;
-        seen = mask;
+    std::vector<SavedTiles> kept;  // sequence e's head h at [e * n_heads + h]
+    InTiles(PositionsInAttention positions, int n_heads)
+        : PositionsInAttention(std::move(positions)), n_heads(n_heads) {}
+    std::unique_ptr<HeadAttention> copy() const override { return std::make_unique<InTiles>(*this); }
+    bool start(const Mask& mask, int n_seq, double attn_dropout, Rng* dropout_draws) override {
+        tiled = dropout_draws != nullptr;
+        const bool dropping = tiled && attn_dropout > 0.0;
         p = dropping ? attn_dropout : 0.0;
         seed = dropping ? dropout_draws->next() : 0;
+        if (!tiled) return PositionsInAttention::start(mask, n_seq, attn_dropout, dropout_draws);  // plain
+        seen = mask;
+        kept.assign(std::size_t(n_seq) * n_heads, SavedTiles{});
+        return false;  // the draws are numbered by place (dropout_factor_at): the sequences may run at once
+    }
+    Matrix sequence_mask(const Mask& mask, int e, int T, int S) const override {
+        return tiled ? Matrix() : mask.of_sequence(e, T, S);  // in tiles, none: the rule is asked tile by tile
     }
     // Head h of sequence e's dropout: its weights' draws numbered from ((e n_heads + h) T) S on.
-    TileDropout dropout(int e, int h, int n_heads, int T, int S) const {
+    TileDropout dropout(int e, int h, int T, int S) const {
         return {p, seed, (uint64_t(e) * n_heads + h) * uint64_t(T) * uint64_t(S), S};
     }
+    Matrix attend(Matrix q, Matrix k, Matrix v, const Matrix& mask_e, int e, int h, SavedAttention& saved,
+                  double attn_dropout, Rng* dropout_draws) override {
+        if (!tiled)
+            return PositionsInAttention::attend(std::move(q), std::move(k), std::move(v), mask_e, e, h, saved,
+                                                attn_dropout, dropout_draws);
+        const int T = q.rows, S = k.rows;
+        return flash_attention(std::move(q), std::move(k), std::move(v), seen, e, saved,
+                               kept[std::size_t(e) * n_heads + h], dropout(e, h, T, S), slope(h));
+    }
+    void attend_backward(const Matrix& dO, const SavedAttention& saved, int e, int h, Matrix& dQ, Matrix& dK,
+                         Matrix& dV) const override {
+        if (!tiled) return PositionsInAttention::attend_backward(dO, saved, e, h, dQ, dK, dV);
+        flash_attention_backward(dO, saved, kept[std::size_t(e) * n_heads + h], seen, e,
+                                 dropout(e, h, saved.Q.rows, saved.K.rows), slope(h), dQ, dK, dV);
+    }
 };
+
+// The way a model's attention is built with: in tiles (--attention flash), with positions (self-attention with
+// --pos rope or alibi), or the paper's.
+inline std::unique_ptr<HeadAttention> head_attention_of(const ModelConfig& c, bool self_attention) {
+    PositionsInAttention positions;
+    positions.d_k = c.d_model / c.n_heads;
+    positions.rotary = self_attention && turns_queries_and_keys(c.positions);  // cross-attention: no positions
+    if (self_attention && lowers_scores_by_distance(c.positions)) positions.alibi_slopes = alibi_slopes_of(c.n_heads);
+    if (attends_in_tiles(c.attention)) return std::make_unique<InTiles>(std::move(positions), c.n_heads);
+    if (positions.rotary || !positions.alibi_slopes.empty()) return std::make_unique<PositionsInAttention>(positions);
+    return std::make_unique<HeadAttention>();
+}

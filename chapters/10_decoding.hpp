@@ -75,8 +75,7 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
                 }
             }
             Matrix& P = m.saved[std::size_t(e) * m.n_heads + h].P;  // (T, S)
-            P = attention_weights(std::move(scores), mask_e, m.alibi_slopes.empty() ? 0.0 : m.alibi_slopes[h],
-                                  first_query);
+            P = m.heads->weights(std::move(scores), mask_e, h, first_query);
             for (int i = 0; i < T; i++) {  // attention(): P V, each sum from 0 in order of j, summed straight into
                                            // the zeroed join: the same bits as summing apart and adding to 0
                 double* o = &joined.data[std::size_t(e * T + i) * joined.cols + col];
@@ -99,9 +98,10 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
     MultiHeadAttention& self = b.self_attn;
     const int new_rows = y.rows / n_seq;
     Matrix y1 = b.self_sub.forward(y, [&](const Matrix& a) {
-        kept.self_K = join_sequences(kept.self_K, self.turned(self.W_k.forward(a), new_rows, position), n_seq);  // each
-        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);  // sequence's rows, then its new ones
-        return attend_kept(self, self.turned(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
+        // each sequence's kept rows, then its new ones
+        kept.self_K = join_sequences(kept.self_K, self.heads->ready(self.W_k.forward(a), new_rows, position), n_seq);
+        kept.self_V = join_sequences(kept.self_V, self.W_v.forward(a), n_seq);
+        return attend_kept(self, self.heads->ready(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
                            self_mask, n_seq, position);
     });
     if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only

@@ -77,9 +77,9 @@ inline void check_multi_head(Checker& c, const ModelConfig& config) {
     ModelConfig self = small_config(config);
     self.attn_dropout = 0.0;
     const bool tiled = attends_in_tiles(config.attention);  // (the heads and the tiles: the exercise's variant says)
-    Rng rng(3);
+    Rng rng(3), stream(5);
     MultiHeadAttention mha(self, rng, true), cross(self, rng);
-    mha.tiles.on = cross.tiles.on = tiled;
+    mha.dropout_draws = cross.dropout_draws = tiled ? &stream : nullptr;  // in tiles with it, as in training
     jitter(params_of(mha, "self_attn"), rng);
     // Cross-attention first: its inputs are two (the queries' y, the keys' and values' memory), so that `=` where the
     // memory's second path needs `+=` shows as one (in self-attention both paths meet in one x, inside the backward).
@@ -274,8 +274,6 @@ void check_stack_block(Checker& c, const ModelConfig& config, const std::string&
         Rng rng(seed), draws(6);
         Block block(small, rng);
         jitter(params_of(block, "block"), rng);
-        block.self_attn.tiles.on = attends_in_tiles(small.attention);  // as Transformer::train sets it
-        if constexpr (decoder) block.cross_attn.tiles.on = block.self_attn.tiles.on;
         Matrix x = random_matrix(rows, 8, rng), dx(rows, 8), memory, d_memory(5, 8);
         std::vector<Tensor> inputs = {{decoder ? "y" : "x", &x, &dx}};
         memory = random_matrix(5, 8, rng);

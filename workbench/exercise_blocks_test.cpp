@@ -187,8 +187,11 @@ inline void heads_backward(MultiHeadAttention& m, const Matrix& d_out, Matrix& d
         }
     const double back = bug == HeadsBug::turned_forward ? 1.0 : -1.0;
     const int first = bug == HeadsBug::from_one ? 1 : 0;
-    dQ = m.turned(std::move(dQ), T, first, back);
-    dK = m.turned(std::move(dK), S, first, back);
+    const auto* positions = dynamic_cast<const PositionsInAttention*>(m.heads.get());
+    if (positions && positions->rotary) {  // the rotary exercise's: --pos rope
+        dQ = rotate_pairs(std::move(dQ), T, first, d_k, back);
+        dK = rotate_pairs(std::move(dK), S, first, d_k, back);
+    }
     accumulate(d_xq, m.W_q.backward(dQ));
     if (bug == HeadsBug::assigns) {
         d_xkv = m.W_v.backward(dV);

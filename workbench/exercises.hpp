@@ -78,7 +78,7 @@ const std::vector<Exercise> EXERCISES = {
       {" [2 heads]", as_default},
       {" [4 on 2, in tiles]",
        [](ModelConfig& m, TrainConfig&) { m.n_heads = 4, m.kv_heads_asked = 2, m.attention = Attention::flash; }}}},
-    {"rotary", "MultiHeadAttention::backward: rotary positions turned back (model.hpp)",
+    {"rotary", "PositionsInAttention::ready_backward: rotary positions turned back (chapters/05_positions.hpp)",
      {"rotary", "MultiHeadAttention", "time MultiHeadAttention", "model"},
      {{" [rope]", [](ModelConfig& m, TrainConfig&) { m.positions = Positions::rope; }},
       {" [rope, decoder-only]",

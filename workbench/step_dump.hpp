@@ -24,7 +24,8 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
         std::vector<Matrix> keeps;
         for (std::size_t k = 0; k < attn.saved.size(); k++) {
             const SavedAttention& head = attn.saved[k];
-            if (attn.tiles.p == 0.0) {
+            const InTiles* tiles = dynamic_cast<const InTiles*>(attn.heads.get());
+            if (!tiles || tiles->p == 0.0) {
                 keeps.push_back(head.keep);
                 continue;
             }
@@ -32,7 +33,7 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
             // backward makes it.
             const int T = head.Q.rows, S = head.K.rows, e = int(k) / attn.n_heads, h = int(k) % attn.n_heads;
             Matrix keep(T, S);
-            const TileDropout dropped = attn.tiles.dropout(e, h, attn.n_heads, T, S);
+            const TileDropout dropped = tiles->dropout(e, h, T, S);
             for (int i = 0; i < T; i++)
                 for (int j = 0; j < S; j++) keep.at(i, j) = dropped.factor(i, j);
             keeps.push_back(keep);
