@@ -21,7 +21,7 @@
 // spell them, and the questions the blocks ask of them, each answered once.
 #include "chapters/00_choices.hpp"
 
-struct ModelConfig {
+struct ModelConfig : LaterChoices<ModelConfig> {  // and each later chapter's choices, off by default (chapter 00)
     int vocab = 11;       // PAD 0, digits 1..9, START 10
     int max_len = 5;      // positions a sequence may take: seq_len, or more (--test-len; chapters 05, 06)
     int d_model = 16;
@@ -36,19 +36,6 @@ struct ModelConfig {
     bool tie_embeddings = false;  // the output projection is the embedding table, transposed (paper, 3.4)
     double dropout = 0.0;         // P_drop: in training, on the embeddings and every sublayer's output (paper: 0.1)
     double attn_dropout = 0.0;    // P_drop: in training, on the attention weights (the tutorials' place)
-    // The later chapters' choices, each off (the paper's) by default:
-    bool rms_norm = false;        // RMSNorm in place of every LayerNorm (chapter 04)
-    bool no_bias = false;         // no bias in the feed-forward and the output projection (Llama's; attention has none)
-    int kv_heads_asked = 0;       // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
-    int key_value_heads() const { return kv_heads_asked > 0 ? kv_heads_asked : n_heads; }  // how many there are
-    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder (chapter 06)
-    Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers (chapter 08)
-    int bits = 0;                 // inference only: a quantized model's weight width (chapter 09); 0: float64
-    int experts = 0;              // --experts E: each feed-forward becomes E experts and a router (chapter 11); 0: one
-    int top_k_asked = 0;          // --top-k K: experts kept a token; 0: min(2, E)
-    int top_k() const { return top_k_asked > 0 ? top_k_asked : std::min(2, experts); }
-    int shared_experts = 0;       // --shared-experts N: experts every token goes through, besides its K
-    double balance = 0.01;        // --balance A: the experts' balance loss weight (Switch's alpha; 0: none)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -109,17 +96,19 @@ inline Matrix sinusoidal_table(int max_len, int d_model) {  // (max_len, d_model
 struct Embedding {
     Param table;      // (vocab, d_model), one row per token id
     Param learned;    // (max_len, d_model), the learned position table: empty unless positions are learned
-    Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained
+    Matrix fixed;     // (max_len, d_model), the sinusoidal table, never trained: empty unless it is the one added
     double multiplier = 1.0;  // sqrt(d_model), the embedding scale; 1 with --no-embed-scale
-    Positions positions = Positions::sinusoidal;  // which table: sinusoidal, learned, none (the rest: chapter 05)
     Embedding() = default;
     Embedding(const ModelConfig& c, Rng& rng)
-        : table(c.vocab, c.d_model), fixed(sinusoidal_table(c.max_len, c.d_model)),
-          multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0), positions(c.positions) {
+        : table(c.vocab, c.d_model), multiplier(c.embed_scale ? std::sqrt(double(c.d_model)) : 1.0) {
         xavier_init(table.value, rng);
-        if (position_table() == &learned.value) {  // learned positions: a table of their own, drawn here
+        switch (position_table_of(c.positions)) {
+        case PositionTable::fixed: fixed = sinusoidal_table(c.max_len, c.d_model); break;
+        case PositionTable::learned:  // a table of their own, drawn here
             learned = Param(c.max_len, c.d_model);
             xavier_init(learned.value, rng);
+            break;
+        case PositionTable::none: break;  // the model sees a bag of tokens (or positions in attention: chapter 05)
         }
     }
     void list_parameters(const std::string& name, ParamList& list) {
@@ -127,13 +116,8 @@ struct Embedding {
         if (!learned.value.empty()) list.push_back({name + ".positions", &learned});
     }
     const Matrix* position_table() const {  // (max_len, d_model), or nullptr
-        switch (positions) {
-        case Positions::sinusoidal: case Positions::random: return &fixed;  // random: rows of the fixed table
-        case Positions::learned: return &learned.value;
-        case Positions::none: return nullptr;  // the model sees a bag of tokens
-        case Positions::rope: case Positions::alibi: return nullptr;  // in self-attention (MultiHeadAttention)
-        }
-        return nullptr;  // not reached
+        if (!learned.value.empty()) return &learned.value;
+        return fixed.empty() ? nullptr : &fixed;
     }
     // tokens, position_ids: (n_seq L); token t reads row position_ids[t] of the position table pos (max_len, d_model).
     Matrix forward(const std::vector<int>& tokens, const std::vector<int>& position_ids) const {

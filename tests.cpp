@@ -1179,7 +1179,8 @@ TEST_CASE("gradient: MultiHeadAttention with grouped-query heads, rotary positio
     c.positions = Positions::rope;  // cross-attention takes none: its queries and keys stay as projected
     Rng rng(87);
     MultiHeadAttention mha(c, rng);
-    CHECK(typeid(*mha.heads.get()) == typeid(HeadAttention));  // the paper's way
+    const HeadAttention& way = *mha.heads.get();
+    CHECK(typeid(way) == typeid(HeadAttention));  // the paper's way
     Matrix x = random_matrix(3, c.d_model, rng), dx(3, c.d_model);
     Matrix memory = random_matrix(5, c.d_model, rng), d_memory(5, c.d_model);
     check_block("MHA (GQA 4 on 2, cross)",

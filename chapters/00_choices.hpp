@@ -4,9 +4,11 @@
 // learned or no positions; ReLU); each later chapter adds values: random, rotary and ALiBi positions (05), GELU and
 // SwiGLU (04), decoder-only (06), attention in tiles (08). The first part never tests a value: it asks a question,
 // answered here once by a switch that names every value, so the compiler asks each question of a new value
-// (-Wswitch). The program (workbench/) asks them too; those only it asks are in workbench/settings.hpp.
+// (-Wswitch). The program (workbench/) asks them too; those only it asks are in workbench/settings.hpp. Last, the
+// later chapters' own choices, each chapter's in a struct of its own, which ModelConfig (model.hpp) inherits.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,17 @@ inline bool attends_in_tiles(Attention attention) {
     }
     return false;  // not reached
 }
+// Which position table the embeddings add: the fixed (sinusoidal) one, a learned one, or none (no positions, or
+// positions in attention). Random positions read rows of the fixed table.
+enum class PositionTable { fixed, learned, none };
+inline PositionTable position_table_of(Positions positions) {
+    switch (positions) {
+    case Positions::sinusoidal: case Positions::random: return PositionTable::fixed;
+    case Positions::learned: return PositionTable::learned;
+    case Positions::none: case Positions::rope: case Positions::alibi: return PositionTable::none;
+    }
+    return PositionTable::none;  // not reached
+}
 // Whether each input's position rows are drawn at random from a longer table (random), not 0, 1, 2, ...
 inline bool draws_position_ids(Positions positions) {
     switch (positions) {
@@ -68,3 +81,34 @@ inline bool draws_position_ids(Positions positions) {
     }
     return false;  // not reached
 }
+
+// ---------------------------------------------------------------------------------------------
+// The later chapters' choices, each off (the paper's model) by default. ModelConfig derives from LaterChoices, so a
+// choice reads c.rms_norm wherever it is asked. (Config is ModelConfig, whose n_heads the key-value heads divide.)
+template <class Config>
+struct TodaysBlocksChoices {  // chapter 04
+    bool rms_norm = false;   // RMSNorm in place of every LayerNorm
+    bool no_bias = false;    // no bias in the feed-forward and the output projection (Llama's; attention has none)
+    int kv_heads_asked = 0;  // --kv-heads: key-value heads dividing n_heads (grouped-query attention); 0: n_heads
+    int key_value_heads() const {  // how many there are
+        return kv_heads_asked > 0 ? kv_heads_asked : static_cast<const Config&>(*this).n_heads;
+    }
+};
+struct DecoderOnlyChoices {  // chapter 06
+    Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
+};
+struct TilesChoices {  // chapter 08
+    Attention attention = Attention::plain;  // flash: training's attention in tiles, the same numbers
+};
+struct EightBitsChoices {  // chapter 09
+    int bits = 0;  // inference only: a quantized model's weight width; 0: float64
+};
+struct ExpertsChoices {  // chapter 11
+    int experts = 0;         // --experts E: each feed-forward becomes E experts and a router; 0: one
+    int top_k_asked = 0;     // --top-k K: experts kept a token; 0: min(2, E)
+    int top_k() const { return top_k_asked > 0 ? top_k_asked : std::min(2, experts); }
+    int shared_experts = 0;  // --shared-experts N: experts every token goes through, besides its K
+    double balance = 0.01;   // --balance A: the experts' balance loss weight (Switch's alpha; 0: none)
+};
+template <class Config>
+struct LaterChoices : TodaysBlocksChoices<Config>, DecoderOnlyChoices, TilesChoices, EightBitsChoices, ExpertsChoices {};

@@ -73,8 +73,8 @@ SettingRow choice_setting(const char* name, int version, const std::vector<std::
 }
 // A choice of the model's, whose values that are today's blocks (is_todays, settings.hpp) came in TODAYS_VERSION:
 // an older file may not name them.
-template <typename E> SettingRow model_choice_setting(const char* name, int version, const std::vector<std::string>&
-                                                      names, E ModelConfig::*m) {
+template <typename E, typename C> SettingRow model_choice_setting(const char* name, int version,
+                                                                  const std::vector<std::string>& names, E C::*m) {
     return {name, version, [=](const Settings& s) { return names[int(s.model.*m)]; },
             [=](Settings& s, WordReader& r) {
                 E value = s.model.*m = E(r.choice(name, names));
@@ -86,7 +86,7 @@ template <typename E> SettingRow model_choice_setting(const char* name, int vers
             [=](const Settings& s) { return is_todays(s.model.*m) ? TODAYS_VERSION : 0; }};
 }
 // A switch of the model's whose line came in `version`: a model with it on is saved as that version at least.
-inline SettingRow model_switch_setting(const char* name, int version, bool ModelConfig::*m) {
+template <typename C> SettingRow model_switch_setting(const char* name, int version, bool C::*m) {
     SettingRow row = whole_setting(name, version, 0, 1, m);
     row.needs = [=](const Settings& s) { return s.model.*m ? version : 0; };
     return row;
@@ -94,8 +94,8 @@ inline SettingRow model_switch_setting(const char* name, int version, bool Model
 
 // A choice of the model's whose line came in `version`: a model with any value but the first (the default) is saved
 // as that version at least, so a default model's file keeps the bytes it had before the line came.
-template <typename E> SettingRow model_choice_since(const char* name, int version, const std::vector<std::string>& names,
-                                                    E ModelConfig::*m) {
+template <typename E, typename C>
+SettingRow model_choice_since(const char* name, int version, const std::vector<std::string>& names, E C::*m) {
     SettingRow row = choice_setting(name, version, names, m);
     row.needs = [=](const Settings& s) { return int(s.model.*m) != 0 ? version : 0; };
     return row;

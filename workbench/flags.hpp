@@ -120,7 +120,8 @@ struct FlagGroup {
 
 // The member a flag sets, by member pointer: &Options::steps is o.train.steps, &ModelConfig::d_model o.model.d_model.
 template <typename O, typename T> auto& member(O& o, T Options::*m) { return o.*m; }
-template <typename O, typename T> auto& member(O& o, T ModelConfig::*m) { return o.model.*m; }
+template <typename O, typename T, typename C, typename = std::enable_if_t<std::is_base_of_v<C, ModelConfig>>>
+auto& member(O& o, T C::*m) { return o.model.*m; }  // ModelConfig's, or a later chapter's choice (a base of it)
 template <typename O, typename T> auto& member(O& o, T DataConfig::*m) { return o.data.*m; }
 template <typename O, typename T> auto& member(O& o, T TrainConfig::*m) { return o.train.*m; }
 template <typename O, typename T> auto& member(O& o, T DecodeConfig::*m) { return o.decode.*m; }

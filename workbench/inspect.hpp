@@ -160,7 +160,7 @@ inline void reach_length(Transformer& model, int length, const std::string& load
     case Positions::none:
     case Positions::rope: case Positions::alibi:  // computed in attention, at any position
         c.max_len = positions_read(c, length);
-        model.embed.fixed = sinusoidal_table(c.max_len, c.d_model);
+        if (!model.embed.fixed.empty()) model.embed.fixed = sinusoidal_table(c.max_len, c.d_model);  // the one added
         return;
     case Positions::learned:
         fail(refused + fmt("this model's learned position table has %d rows, one for each position it trained at; "
