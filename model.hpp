@@ -44,13 +44,26 @@ constexpr int PAD = 0;  // the padding token; attention never looks at a PAD sou
 // file and the tests all walk this one list.
 using ParamList = std::vector<std::pair<std::string, Param*>>;
 
-#include "chapters/12_lora.hpp"  // Adapter: a Linear's low-rank term for fine-tuning, off by default (chapter 12)
 // ---------------------------------------------------------------------------------------------
+// How a Linear multiplies its input x (n, d_in) by W (d_in, d_out), and back: the paper's is matmul in float64 (faster:
+// engine/kernels.hpp), or a quantized model's integers (chapter 09). A later chapter gives a Linear a product of its
+// own when the model is built or loaded (chapter 12: an adapter beside a frozen W).
+struct Product {
+    virtual ~Product() = default;
+    virtual std::unique_ptr<Product> copy() const { return std::make_unique<Product>(*this); }
+    virtual Matrix forward(const Matrix& x, const Param& W) {  // x W (n, d_out)
+        return W.quantized.empty() ? matmul_fast(x, W.value) : quantized_product_fast(x, W.quantized[0]);
+    }
+    virtual void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) {
+        matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
+    }
+};
+
 // Linear  y = x W + b.   x (n, d_in), W (d_in, d_out), b (1, d_out), y (n, d_out).
 struct Linear {
     Param W, b;  // b is empty (0 x 0) for a layer without bias, like W_q W_k W_v W_o
     Matrix x;    // saved input (n, d_in)
-    Adapter lora;  // chapter 12: with a rank, y gains s (x A) B and W is frozen; off by default
+    Owned<Product> product;  // x W: the paper's, unless the model was built or loaded otherwise
     Linear() = default;
     Linear(int d_in, int d_out, bool bias, Rng& rng) : W(d_in, d_out) {
         xavier_init(W.value, rng);
@@ -61,20 +74,19 @@ struct Linear {
         if (!b.value.empty()) list.push_back({b_name, &b});
     }
     Matrix forward(const Matrix& in) {
-        x = in;  // saved for the backward (in 8 bits, chapter 09, too: adapters train over it, chapter 12)
-        Matrix y = W.quantized.empty() ? matmul_fast(in, W.value) : quantized_product_fast(in, W.quantized[0]);
-        if (lora.on()) y = lora.forward(in, std::move(y));  // + s (x A) B (chapter 12)
+        x = in;  // saved for the backward
+        Matrix y = product->forward(in, W);
         return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
     Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        if (lora.on() || W.grad.empty()) lora.backward(dy, x, W.value, dx);  // W frozen: dx alone (+ adapter, ch 12)
-        else matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
+        product->backward(dy, x, W, dx);  // forward: xW = product->forward(x, W)
         return dx;
     }
 };
+#include "chapters/12_lora.hpp"  // fine-tuning: a Linear's product with an adapter beside its frozen W (chapter 12)
 
 // ---------------------------------------------------------------------------------------------
 // Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model), n_seq sequences of
@@ -257,19 +269,6 @@ struct HeadAttention {
                                  Matrix& dK, Matrix& dV) const {
         attention_backward(dO, kept, dQ, dK, dV);
     }
-};
-// A pointer that copies what it points to when it is copied: each copy of a model owns its way.
-template <typename T>
-struct Owned {
-    std::unique_ptr<T> p = std::make_unique<T>();
-    Owned() = default;
-    Owned(std::unique_ptr<T> q) : p(std::move(q)) {}
-    Owned(const Owned& o) : p(o.p->copy()) {}
-    Owned(Owned&&) = default;
-    Owned& operator=(const Owned& o) { p = o.p->copy(); return *this; }
-    Owned& operator=(Owned&&) = default;
-    T* operator->() const { return p.get(); }
-    T* get() const { return p.get(); }
 };
 // Later chapters' ways (positions in attention, attention in tiles), and head_attention_of, which picks one.
 #include "chapters/05_positions.hpp"
@@ -600,10 +599,10 @@ struct Transformer {
     Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    Batch source_position_ids, target_position_ids;  // n_seq x (S), n_seq x (T): the position row each token read
-    Matrix source_keep, target_keep;  // saved: dropout's factors on the embeddings (n_seq S or T, d_model)
-    Batch whole_position_ids;         // decoder-only: n_seq x (S + T), the ids of source and answer as one
-    Matrix whole_keep;                // decoder-only: (n_seq (S + T), d_model)
+    // Saved: the position row each token read, n_seq x (S), n_seq x (T), and dropout's factors on the embeddings,
+    // (n_seq S or T, d_model). (A decoder-only model's decoder reads source and answer as one: S + T, chapter 06.)
+    Batch source_position_ids, target_position_ids;
+    Matrix source_keep, target_keep;
     // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
     // dropout's masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
     Rng position_draws{1};

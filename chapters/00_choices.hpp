@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,22 @@ inline bool draws_position_ids(Positions positions) {
     return false;  // not reached
 }
 
+// How a block of the first part takes a later chapter's way of working (how heads attend, how a Linear multiplies):
+// it holds the paper's way through this pointer, which copies what it points to when it is copied (each copy of a
+// model owns its ways), and a chapter's way derives from the paper's and takes its place when the model is built.
+template <typename T>
+struct Owned {
+    std::unique_ptr<T> p = std::make_unique<T>();
+    Owned() = default;
+    template <typename U> Owned(std::unique_ptr<U> q) : p(std::move(q)) {}  // U: T, or a way derived from it
+    Owned(const Owned& o) : p(o.p->copy()) {}
+    Owned(Owned&&) = default;
+    Owned& operator=(const Owned& o) { p = o.p->copy(); return *this; }
+    Owned& operator=(Owned&&) = default;
+    T* operator->() const { return p.get(); }
+    T* get() const { return p.get(); }
+};
+
 // ---------------------------------------------------------------------------------------------
 // The later chapters' choices, each off (the paper's model) by default. ModelConfig derives from LaterChoices, so a
 // choice reads c.rms_norm wherever it is asked. (Config is ModelConfig, whose n_heads the key-value heads divide.)
@@ -111,4 +128,5 @@ struct ExpertsChoices {  // chapter 11
     double balance = 0.01;   // --balance A: the experts' balance loss weight (Switch's alpha; 0: none)
 };
 template <class Config>
-struct LaterChoices : TodaysBlocksChoices<Config>, DecoderOnlyChoices, TilesChoices, EightBitsChoices, ExpertsChoices {};
+struct LaterChoices
+    : TodaysBlocksChoices<Config>, DecoderOnlyChoices, TilesChoices, EightBitsChoices, ExpertsChoices {};

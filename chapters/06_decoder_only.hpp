@@ -48,10 +48,10 @@ inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transform
 inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
     sources = srcs, targets_in = tgts_in;
     const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
-    whole_position_ids = position_ids_for(srcs, L);  // random positions: L rows drawn at once
+    target_position_ids = position_ids_for(srcs, L);  // random positions: L rows drawn at once
     Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)),  // (n_seq L, d_model)
-                             concatenated(whole_position_ids));
-    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), whole_keep);
+                             concatenated(target_position_ids));
+    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), target_keep);
     Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
     for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
     Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
@@ -66,8 +66,8 @@ inline void Transformer::read_whole_backward(const Matrix& d_answer) {
         add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
     Matrix unused;  // no memory
     for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
-    dx = dropout_backward(std::move(dx), whole_keep);  // forward: x = dropout(embed.forward(whole))
+    dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))
     const Batch whole = wholes(sources, targets_in);
     for (int e = 0; e < n_seq; e++)
-        embed.backward(whole[e], whole_position_ids[e], take_block(dx, e * L, L, 0, config.d_model));
+        embed.backward(whole[e], target_position_ids[e], take_block(dx, e * L, L, 0, config.d_model));
 }

@@ -3,10 +3,10 @@
 //
 // What it adds: --lora R on a --load'ed model (workbench/lora.hpp runs it), after Hu et al. 2021, "LoRA: low-rank
 // adaptation of large language models"; on a quantized base (chapter 09) too, as Dettmers et al. 2023 (QLoRA) train
-// float adapters over a 4-bit model. What it changes in the first part: a Linear holds an Adapter, off (R = 0) by
-// default, and then nothing changes, not one bit: Linear::forward adds the adapter's term when it is on and its
-// backward then fills no gradient of W; Transformer::zero_grad zeroes the adapters' gradients too, and the optimizer
-// (chapter 03) moves the adapters alone when a model has any.
+// float adapters over a 4-bit model. What it changes in the first part: a fine-tuned Linear's product (model.hpp's
+// Product) is Adapted, here: its W frozen, and its adapter's term added; a model without adapters has none, and
+// not one bit changes. Transformer::zero_grad zeroes the adapters' gradients too, and the optimizer (chapter 03)
+// moves the adapters alone when a model has any.
 #pragma once
 
 #include <cmath>
@@ -17,8 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "../engine/kernels.hpp"  // matmul_fast and its backward: matrix.hpp's matmul, faster, the same numbers
-#include "../matrix.hpp"  // Matrix, Param, Rng, scale, add (this file is read where model.hpp includes it)
+#include "../model.hpp"  // Linear, Product (this file is read where model.hpp includes it)
 
 // ---------------------------------------------------------------------------------------------
 // Why adapters. Fine-tuning a trained model on a new task moves every weight: the optimizer keeps a gradient and
@@ -75,6 +74,37 @@ struct Adapter {
     Matrix merged(const Matrix& W) const { return add(W, scale(matmul_fast(A.value, B.value), s)); }
 };
 
+// A fine-tuned Linear's product: the product it had (a quantized base's integers too, chapter 09), W frozen, and its
+// adapter beside it (off: the frozen W alone, as every matrix of attention and of the feed-forward is when any is
+// adapted).
+struct Adapted : Product {
+    Owned<Product> base;
+    Adapter lora;
+    std::unique_ptr<Product> copy() const override { return std::make_unique<Adapted>(*this); }
+    Matrix forward(const Matrix& x, const Param& W) override {
+        Matrix y = base->forward(x, W);
+        return lora.on() ? lora.forward(x, std::move(y)) : y;  // + s (x A) B
+    }
+    void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override {
+        lora.backward(dy, x, W.value, dx);  // dx through the frozen W and the adapter; dA, dB +=
+    }
+};
+// A Linear frozen, its product Adapted (once): its adapter, off until given a rank. Its W's gradient buffer is freed.
+inline Adapter& frozen(Linear& linear) {
+    if (!dynamic_cast<Adapted*>(linear.product.get())) {
+        auto adapted = std::make_unique<Adapted>();
+        adapted->base = std::move(linear.product);
+        linear.product = std::move(adapted);
+    }
+    linear.W.grad = Matrix();
+    return static_cast<Adapted*>(linear.product.get())->lora;
+}
+inline const Adapter* adapter_of(const Linear& linear) {  // nullptr: not fine-tuned
+    const auto* adapted = dynamic_cast<const Adapted*>(linear.product.get());
+    return adapted ? &adapted->lora : nullptr;
+}
+inline bool adapted(const Linear& linear) { return adapter_of(linear) && adapter_of(linear)->on(); }
+
 // ---------------------------------------------------------------------------------------------
 // Which Linears take adapters: attention's W_q and W_v (Hu et al.'s choice, their table 5: the two at rank 4 did about
 // as well as all four at rank 2, for the same count), or every matrix of attention and of the feed-forward (with
@@ -104,7 +134,7 @@ template <class Block, class = void> struct has_experts : std::false_type {};
 template <class Block> struct has_experts<Block, std::void_t<decltype(&Block::experts)>> : std::true_type {};
 
 // Every Linear a model's adapters may sit on, with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"),
-// in the checkpoint's order. A template: the Transformer comes after this chapter (model.hpp reads it before Linear).
+// in the checkpoint's order. A template: the Transformer comes after this chapter (model.hpp reads it after Linear).
 template <class Model, class Linear_>
 void each_adaptable(Model& model, LoraOn on, const std::function<void(const std::string&, Linear_&)>& visit) {
     auto attention = [&](auto& attn, const std::string& name) {
@@ -152,41 +182,36 @@ void each_adaptable(Model& model, LoraOn on, const std::function<void(const std:
 // freed (a frozen W needs none), and Linear::backward then carries dx alone through it (and through its adapter, if it
 // has one). The router, as the embedding table, keeps its buffer, which the optimizer does not read.
 template <class Model> void add_adapters(Model& model, int R, double alpha, LoraOn on, Rng& rng) {
-    using Linear_ = std::decay_t<decltype(model.out)>;
-    each_adaptable<Model, Linear_>(model, on, [&](const std::string&, Linear_& linear) {
-        linear.lora = Adapter(linear.W.value.rows, linear.W.value.cols, R, alpha, rng);
-    });
-    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
-        linear.W.grad = Matrix();
+    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) { frozen(linear); });
+    each_adaptable<Model, Linear>(model, on, [&](const std::string&, Linear& linear) {
+        frozen(linear) = Adapter(linear.W.value.rows, linear.W.value.cols, R, alpha, rng);
     });
 }
 // The adapters a model holds, A then B of each, named after their W ("encoder.0.self_attn.W_q.lora_A"), in the
 // checkpoint's order; none when it holds none.
 template <class Model> ParamList adapters_of(Model& model) {
-    using Linear_ = std::decay_t<decltype(model.out)>;
     ParamList list;
-    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string& name, Linear_& linear) {
-        if (!linear.lora.on()) return;
-        list.push_back({name + ".lora_A", &linear.lora.A});
-        list.push_back({name + ".lora_B", &linear.lora.B});
+    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
+        if (!adapted(linear)) return;
+        Adapter& lora = frozen(linear);
+        list.push_back({name + ".lora_A", &lora.A});
+        list.push_back({name + ".lora_B", &lora.B});
     });
     return list;
 }
 // Their scale s (every adapter has the same), and where they sit: on W_q W_v alone, or on every matrix (a checkpoint
 // of a run under way names both, workbench/checkpoint.hpp).
 template <class Model> double adapters_scale(Model& model) {
-    using Linear_ = std::decay_t<decltype(model.out)>;
     double s = 0.0;
-    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
-        if (linear.lora.on()) s = linear.lora.s;
+    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
+        if (adapted(linear)) s = adapter_of(linear)->s;
     });
     return s;
 }
 template <class Model> LoraOn adapters_on(Model& model) {
-    using Linear_ = std::decay_t<decltype(model.out)>;
     std::size_t on_qv = 0;
-    each_adaptable<Model, Linear_>(model, LoraOn::qv, [&](const std::string&, Linear_& linear) {
-        on_qv += linear.lora.on();
+    each_adaptable<Model, Linear>(model, LoraOn::qv, [&](const std::string&, Linear& linear) {
+        on_qv += adapted(linear);
     });
     return 2 * on_qv == adapters_of(model).size() ? LoraOn::qv : LoraOn::all;
 }
@@ -204,12 +229,15 @@ template <class Model> ParamList parameters_and_adapters(Model& model) {
 // Merge every adapter into its W (W + s A B) and take it off: the model is a plain float model again, which saves,
 // loads and runs with no flag. A quantized base's W is its dequantized values: the merged model is float64.
 template <class Model> void merge_adapters(Model& model) {
-    using Linear_ = std::decay_t<decltype(model.out)>;
-    each_adaptable<Model, Linear_>(model, LoraOn::all, [&](const std::string&, Linear_& linear) {
+    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
         linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);  // trainable again
-        if (!linear.lora.on()) return;
-        linear.W.value = linear.lora.merged(linear.W.value);
-        linear.W.quantized.clear();
-        linear.lora = Adapter();
+        auto* fine_tuned = dynamic_cast<Adapted*>(linear.product.get());
+        if (!fine_tuned) return;
+        if (fine_tuned->lora.on()) {
+            linear.W.value = fine_tuned->lora.merged(linear.W.value);
+            linear.W.quantized.clear();
+        }
+        Owned<Product> base = std::move(fine_tuned->base);  // the product it had
+        linear.product = std::move(base);
     });
 }

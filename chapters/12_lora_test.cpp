@@ -112,13 +112,13 @@ TEST_CASE("gradient: a Linear with an adapter: A, B and the input through W and 
             Rng rng(7 + R);
             Linear linear(6, 5, bias, rng);
             if (bias) linear.b.value = random_matrix(1, 5, rng);
-            linear.lora = Adapter(6, 5, R, 2.5, rng);
-            CHECK(linear.lora.s == 2.5 / R);
-            linear.W.grad = Matrix();  // frozen, as add_adapters leaves it
-            for (double& v : linear.lora.B.value.data) v = rng.uniform(-1, 1);
+            Adapter& lora = frozen(linear);  // W frozen, as add_adapters leaves it
+            lora = Adapter(6, 5, R, 2.5, rng);
+            CHECK(lora.s == 2.5 / R);
+            for (double& v : lora.B.value.data) v = rng.uniform(-1, 1);
             Matrix x = random_matrix(4, 6, rng), dx(4, 6), G = random_matrix(4, 5, rng);
-            std::vector<Tensor> tensors = {{"x", &x, &dx}, {"A", &linear.lora.A.value, &linear.lora.A.grad},
-                                           {"B", &linear.lora.B.value, &linear.lora.B.grad}};
+            std::vector<Tensor> tensors = {{"x", &x, &dx}, {"A", &lora.A.value, &lora.A.grad},
+                                           {"B", &lora.B.value, &lora.B.grad}};
             const double worst = check_gradients("Linear + adapter, R = " + std::to_string(R) + (bias ? ", bias" : ""), tensors,
                 [&] { return dot(linear.forward(x), G); },
                 [&] {
@@ -143,10 +143,11 @@ TEST_CASE("gradient: an adapter over a quantized base (8 and 4 bits)") {
         q.W.quantized = {quantize(transpose(q.W.value), bits)};
         q.W.value = transpose(dequantize(q.W.quantized[0]));  // as the checkpoint's reader keeps it
         pack_weights(q.W.quantized[0]);
-        q.lora = Adapter(32, 8, 2, 2.0, rng);
-        for (double& v : q.lora.B.value.data) v = rng.uniform(-1, 1);
+        Adapter& lora = frozen(q);
+        lora = Adapter(32, 8, 2, 2.0, rng);
+        for (double& v : lora.B.value.data) v = rng.uniform(-1, 1);
         Matrix x = random_matrix(3, 32, rng), G = random_matrix(3, 8, rng), unused(3, 32);
-        std::vector<Tensor> tensors = {{"A", &q.lora.A.value, &q.lora.A.grad}, {"B", &q.lora.B.value, &q.lora.B.grad}};
+        std::vector<Tensor> tensors = {{"A", &lora.A.value, &lora.A.grad}, {"B", &lora.B.value, &lora.B.grad}};
         check_gradients("adapter over " + std::to_string(bits) + " bits", tensors, [&] { return dot(q.forward(x), G); }, [&] {
             q.forward(x);
             accumulate(unused, q.backward(G));

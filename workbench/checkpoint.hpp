@@ -254,7 +254,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
         Rng unused(1);
         add_adapters(model, s.lora_rank, s.lora_scale * s.lora_rank, s.lora_on, unused);
         each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
-            if (linear.lora.on()) linear.lora.s = s.lora_scale;  // as kept (alpha / R again might round otherwise)
+            if (adapted(linear)) frozen(linear).s = s.lora_scale;  // as kept (alpha / R again might round otherwise)
         });
     }
     check_room_for(r, model);

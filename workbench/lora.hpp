@@ -137,7 +137,7 @@ inline void read_adapters(std::istream& in, const std::string& what, const std::
         r.error("its tensors are not A and B of each W_q and W_v, or of every matrix, once each, as --save-adapters "
                 "writes them");
     each_adaptable<Transformer, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
-        if (std::find(named.begin(), named.end(), name) == named.end()) linear.lora = Adapter();  // not in the file
+        if (std::find(named.begin(), named.end(), name) == named.end()) frozen(linear) = Adapter();  // not in the file
     });
 }
 inline void read_adapters(const std::string& path, const std::string& base_path, Transformer& model) {

@@ -19,7 +19,8 @@ inline std::string ids_text(const std::vector<int>& tokens) {  // {3, 1, 0} -> "
 // sequence, head by head). A place with nothing dropped is left out.
 inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transformer& model) {
     std::vector<std::pair<std::string, Matrix>> masks = {
-        {"embed.source", model.source_keep}, {"embed.target", model.target_keep}, {"embed.whole", model.whole_keep}};
+        {"embed.source", model.source_keep},
+        {has_encoder(model.config.arch) ? "embed.target" : "embed.whole", model.target_keep}};  // (the whole: ch. 06)
     auto heads = [](const MultiHeadAttention& attn) {
         std::vector<Matrix> keeps;
         for (std::size_t k = 0; k < attn.saved.size(); k++) {
