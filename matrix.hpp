@@ -38,10 +38,8 @@ struct Matrix {
 
 // A learned tensor and the gradient of the loss with respect to it, always the same shape.
 // Training zeroes grad, backward passes add (+=) into it, and the optimizer reads it.
-struct Quantized;  // a matrix as small integers: chapters/09_eight_bits.hpp
 struct Param {
     Matrix value, grad;
-    std::vector<Quantized> quantized;  // empty, unless the model is in 8 bits (chapter 09): then value's integers
     Param() = default;
     Param(int r, int c, double fill = 0.0) : value(r, c, fill), grad(r, c, 0.0) {}
 };

@@ -46,16 +46,23 @@ using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
 // How a Linear multiplies its input x (n, d_in) by W (d_in, d_out), and back: the paper's is matmul in float64 (faster:
-// engine/kernels.hpp), or a quantized model's integers (chapter 09). A later chapter gives a Linear a product of its
-// own when the model is built or loaded (chapter 12: an adapter beside a frozen W).
+// engine/kernels.hpp). A later chapter gives a Linear a product of its own when the model is built or loaded (chapter
+// 09: W's integers; chapter 12: an adapter beside a frozen W).
 struct Product {
     virtual ~Product() = default;
     virtual std::unique_ptr<Product> copy() const { return std::make_unique<Product>(*this); }
-    virtual Matrix forward(const Matrix& x, const Param& W) {  // x W (n, d_out)
-        return W.quantized.empty() ? matmul_fast(x, W.value) : quantized_product_fast(x, W.quantized[0]);
-    }
+    virtual Matrix forward(const Matrix& x, const Param& W) { return matmul_fast(x, W.value); }  // x W (n, d_out)
     virtual void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) {
         matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
+    }
+    virtual Owned<Product>* beneath() { return nullptr; }  // the product this one wraps, if it wraps one
+};
+// Tied embeddings (the paper, 3.4): the output projection multiplies by the embedding table, transposed (vocab rows).
+struct TransposedProduct : Product {
+    std::unique_ptr<Product> copy() const override { return std::make_unique<TransposedProduct>(*this); }
+    Matrix forward(const Matrix& x, const Param& table) override { return matmul_bt_fast(x, table.value); }
+    void backward(const Matrix& dy, const Matrix& x, Param& table, Matrix& dx) override {
+        matmul_bt_backward_fast(dy, x, table.value, dx, table.grad);  // dx += dy table, table.grad += dy^T x
     }
 };
 
@@ -73,19 +80,23 @@ struct Linear {
         list.push_back({w_name, &W});
         if (!b.value.empty()) list.push_back({b_name, &b});
     }
-    Matrix forward(const Matrix& in) {
+    // (weights: W, or another's: the tied output projection's are the embedding table, Transformer::output.)
+    Matrix forward(const Matrix& in) { return forward(in, W); }
+    Matrix forward(const Matrix& in, const Param& weights) {
         x = in;  // saved for the backward
-        Matrix y = product->forward(in, W);
+        Matrix y = product->forward(in, weights);
         return b.value.empty() ? y : add_row(std::move(y), b.value);
     }
-    Matrix backward(const Matrix& dy) {  // dy (n, d_out) -> dx (n, d_in)
+    Matrix backward(const Matrix& dy) { return backward(dy, W); }
+    Matrix backward(const Matrix& dy, Param& weights) {  // dy (n, d_out) -> dx (n, d_in)
         // forward: y = add_row(xW, b): b collects dy summed over rows; the gradient of xW is dy
         if (!b.value.empty()) add_row_backward(dy, b.grad);
         Matrix dx(x.rows, x.cols);
-        product->backward(dy, x, W, dx);  // forward: xW = product->forward(x, W)
+        product->backward(dy, x, weights, dx);  // forward: xW = product->forward(x, weights)
         return dx;
     }
 };
+#include "chapters/09_eight_bits.hpp"  // a quantized model: its integers (QuantizedParts), a Linear's IntegerProduct
 #include "chapters/12_lora.hpp"  // fine-tuning: a Linear's product with an adapter beside its frozen W (chapter 12)
 
 // ---------------------------------------------------------------------------------------------
@@ -590,7 +601,7 @@ struct DecoderBlock {
 // The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
 // input, run the decoder blocks against the memory; final LayerNorm; project to vocab logits.
 //   sources n_seq x (S), targets_in n_seq x (T), memory (n_seq S, d_model), logits (n_seq T, vocab)
-struct Transformer {
+struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter 09; none in float64)
     ModelConfig config;
     Embedding embed;  // shared by source and target
     std::vector<EncoderBlock> encoder;
@@ -621,7 +632,8 @@ struct Transformer {
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
         for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
         out = Linear(c.d_model, c.vocab, !c.no_bias, rng);  // (a bias draws nothing: the weights stay the same)
-        if (c.tie_embeddings) out.W = Param();  // drawn and dropped, so the weights drawn after it stay the same
+        if (c.tie_embeddings) out.W = Param(), out.product = std::make_unique<TransposedProduct>();  // W drawn and
+                                                 // dropped, so the weights drawn after it stay the same
         position_draws = Rng(rng.next());
         dropout_draws = Rng(rng.next());
     }
@@ -667,23 +679,11 @@ struct Transformer {
         return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
     }
     // The output projection: logits = h W + b, h (n_seq T, d_model) -> (n_seq T, vocab), and back: dh. With tied
-    // embeddings (the paper, 3.4) W is the embedding table transposed: one matrix reads a token in and scores it out,
-    // and its gradient is the sum of three uses'.
-    Matrix output(const Matrix& h) {
-        if (!config.tie_embeddings) return out.forward(h);
-        out.x = h;  // saved for the backward, as Linear::forward saves it
-        const Param& table = embed.table;  // in 8 bits (chapter 09): the table's integers, row by row
-        Matrix logits = table.quantized.empty() ? matmul_bt_fast(h, table.value)
-                                                : quantized_product_fast(h, table.quantized[0]);
-        return out.b.value.empty() ? logits : add_row(std::move(logits), out.b.value);
-    }
+    // embeddings (the paper, 3.4) W is the embedding table transposed (out's TransposedProduct): one matrix reads a
+    // token in and scores it out, and its gradient is the sum of three uses'.
+    Matrix output(const Matrix& h) { return config.tie_embeddings ? out.forward(h, embed.table) : out.forward(h); }
     Matrix output_backward(const Matrix& d_logits) {
-        if (!config.tie_embeddings) return out.backward(d_logits);
-        if (!out.b.value.empty()) add_row_backward(d_logits, out.b.grad);  // forward: + b
-        Matrix dh(out.x.rows, out.x.cols);
-        // forward: h table^T, so dh += d_logits table, table.grad += d_logits^T h (then backward() adds two more)
-        matmul_bt_backward_fast(d_logits, out.x, embed.table.value, dh, embed.table.grad);
-        return dh;
+        return config.tie_embeddings ? out.backward(d_logits, embed.table) : out.backward(d_logits);
     }
     Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: chapter 06
     void read_whole_backward(const Matrix& d_answer);

@@ -2,16 +2,23 @@
 //
 // What it adds: --quantize BITS (workbench/quantize.hpp) keeps a trained model's matrices as whole numbers of BITS
 // bits, one scale for each group of consecutive weights, and computes its products in integers (llama2.c's runq.c;
-// llama.cpp's Q8_0 and Q4_0). Inference only: a quantized model never trains. What it changes in the first part:
-// Param holds the integers beside its value (Param::quantized), and Linear::forward multiplies by them when they are
-// there (engine/kernels.hpp's quantized_product_fast, the same bits as quantized_product here, faster).
+// llama.cpp's Q8_0 and Q4_0). Inference only: a quantized model never trains. What it changes in the first part: a
+// quantized model keeps its matrices' integers by name (QuantizedParts, a base of Transformer), each Linear multiplies
+// by its own (IntegerProduct, a Product: model.hpp), and so does the tied output projection by the table's
+// (engine/integers.hpp's quantized_product_fast, the same bits as quantized_product here, faster). Param keeps the
+// values the integers stand for, which the float readers (--inspect, the report, an adapter's backward) read.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
-#include "../matrix.hpp"
+#include "../model.hpp"  // Product, Linear (this file is read where model.hpp includes it)
 
 // A matrix of a product as whole numbers of `bits` bits, one scale for each `group` of them along the input
 // dimension (below: what each member means).
@@ -20,7 +27,7 @@ struct Quantized {
     int bits = 8, group = 64;    // the width of q, and the weights a scale covers
     std::vector<int8_t> q;       // (rows, cols), row by row
     std::vector<double> scales;  // (rows, cols / group): row j's groups, in order, each a float32's value
-    std::vector<int16_t> packed_q;      // engine only: q and scales laid out for engine/kernels.hpp's product (its
+    std::vector<int16_t> packed_q;      // engine only: q and scales laid out for engine/integers.hpp's product (its
     std::vector<double> packed_scales;  // pack_weights, again after q changes; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
@@ -47,7 +54,7 @@ struct Quantized {
 // the product of the dequantized values up to those few roundings (tests.cpp), and it has no order to disagree on:
 // the same bits on every thread count and every build. Its error against the float model is the weights' rounding
 // above, plus the activations' (half a step of scale_x each).
-// (Quantized, the integers and scales of a matrix, is defined at the top of this file; Param holds it: matrix.hpp.)
+// (Quantized, the integers and scales of a matrix, is defined at the top of this file.)
 // The rule of a width, in this one place: 8 bits, Q8_0 (runq.c): whole numbers -127 .. 127, groups of 64, the scale
 // max|w| / 127; fewer bits, Q4_0's rule (llama.cpp): -2^(bits-1) .. 2^(bits-1) - 1, groups of 32, the scale the
 // group's largest weight m, its sign kept, over the lowest level (m / -2^(bits-1)). Either way the scale's divisor is
@@ -143,4 +150,85 @@ inline Matrix quantized_product(const Matrix& X, const Quantized& Wt) {  // X (n
     Matrix Y(X.rows, Wt.rows);
     quantized_product_rows(X, Wt, Y, 0, X.rows);
     return Y;
+}
+#include "../engine/integers.hpp"  // quantized_product_fast: the same bits, faster
+
+// ---------------------------------------------------------------------------------------------
+// A quantized model: its matrices' integers by tensor name ("decoder.0.ffn.W_1", "embed.table"), each kept as its Wt
+// (the table as it is); empty in float64. Shared (never changed once made), so a copy of the model shares them.
+struct QuantizedParts {
+    std::map<std::string, std::shared_ptr<const Quantized>> integers;
+};
+// A Linear's product in integers: x W with W's integers, never its floats (their backward is the paper's, which a
+// quantized model never runs: an adapter's product, chapter 12, has its own).
+struct IntegerProduct : Product {
+    std::shared_ptr<const Quantized> Wt;
+    explicit IntegerProduct(std::shared_ptr<const Quantized> Wt) : Wt(std::move(Wt)) {}
+    std::unique_ptr<Product> copy() const override { return std::make_unique<IntegerProduct>(*this); }
+    Matrix forward(const Matrix& x, const Param&) override { return quantized_product_fast(x, *Wt); }
+};
+
+// Every Linear of a model with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the checkpoint's
+// order: attention's W_q W_k W_v W_o, a feed-forward's W_1 W_2 (SwiGLU's W_3; with experts, chapter 11, the router,
+// then each expert's and shared expert's), and out.W (tied embeddings: W empty, the table's product). Templates: the
+// Transformer and the blocks of chapters 04 and 11 come after this chapter. has_W_1<Block>: Block has a W_1.
+template <class Block, class = void> struct has_W_1 : std::false_type {};
+template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
+template <class Block, class = void> struct has_W_3 : std::false_type {};
+template <class Block> struct has_W_3<Block, std::void_t<decltype(&Block::W_3)>> : std::true_type {};
+template <class Block, class = void> struct has_experts : std::false_type {};
+template <class Block> struct has_experts<Block, std::void_t<decltype(&Block::experts)>> : std::true_type {};
+template <class Model, class Visit>  // visit(const std::string& name, Linear& linear)
+void each_linear(Model& model, Visit&& visit) {
+    auto attention = [&](auto& attn, const std::string& name) {
+        for (auto [linear, suffix] : {std::pair{&attn.W_q, ".W_q"}, {&attn.W_k, ".W_k"}, {&attn.W_v, ".W_v"},
+                                      {&attn.W_o, ".W_o"}})
+            visit(name + suffix, *linear);
+    };
+    auto dense = [&](auto& ffn, const std::string& name) {  // one feed-forward, of whichever kind it holds
+        std::visit([&](auto& block) {
+            using Block = std::decay_t<decltype(block)>;
+            if constexpr (has_W_1<Block>::value) visit(name + ".W_1", block.W_1), visit(name + ".W_2", block.W_2);
+            if constexpr (has_W_3<Block>::value) visit(name + ".W_3", block.W_3);
+        }, ffn.block);
+    };
+    auto feed_forward = [&](auto& ffn, const std::string& name) {
+        std::visit([&](auto& block) {
+            using Block = std::decay_t<decltype(block)>;
+            if constexpr (has_experts<Block>::value) {  // the checkpoint's order: the router, then these
+                visit(name + ".router.W", block.router);
+                for (std::size_t i = 0; i < block.experts.size(); i++)
+                    dense(block.experts[i], name + ".experts." + std::to_string(i));
+                for (std::size_t j = 0; j < block.shared.size(); j++)
+                    dense(block.shared[j], name + ".shared." + std::to_string(j));
+            } else {
+                dense(ffn, name);
+            }
+        }, ffn.block);
+    };
+    for (std::size_t i = 0; i < model.encoder.size(); i++) {
+        const std::string name = "encoder." + std::to_string(i);
+        attention(model.encoder[i].self_attn, name + ".self_attn");
+        feed_forward(model.encoder[i].ffn, name + ".ffn");
+    }
+    for (std::size_t i = 0; i < model.decoder.size(); i++) {
+        const std::string name = "decoder." + std::to_string(i);
+        attention(model.decoder[i].self_attn, name + ".self_attn");
+        if (model.decoder[i].cross) attention(model.decoder[i].cross_attn, name + ".cross_attn");
+        feed_forward(model.decoder[i].ffn, name + ".ffn");
+    }
+    visit("out.W", model.out);
+}
+// Once a model's integers are made or read (workbench/quantize.hpp): each Linear that has them multiplies by them
+// (beneath an adapter, chapter 12, when one wraps its product), and with tied embeddings the output projection by
+// the table's.
+template <class Model> void multiply_in_integers(Model& model) {
+    each_linear(model, [&](const std::string& name, Linear& linear) {
+        const std::string of = model.config.tie_embeddings && name == "out.W" ? "embed.table" : name;
+        const auto found = model.integers.find(of);
+        if (found == model.integers.end()) return;
+        Owned<Product>* product = &linear.product;
+        while (Owned<Product>* inner = (*product)->beneath()) product = inner;
+        *product = std::make_unique<IntegerProduct>(found->second);
+    });
 }

@@ -88,6 +88,7 @@ struct Adapted : Product {
     void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override {
         lora.backward(dy, x, W.value, dx);  // dx through the frozen W and the adapter; dA, dB +=
     }
+    Owned<Product>* beneath() override { return &base; }
 };
 // A Linear frozen, its product Adapted (once): its adapter, off until given a rank. Its W's gradient buffer is freed.
 inline Adapter& frozen(Linear& linear) {
@@ -124,57 +125,16 @@ inline bool adapts_every_matrix(LoraOn on) {
     return false;  // not reached
 }
 
-// A feed-forward's Linears by their names: FeedForward's W_1 W_2, SwiGLU's W_1 W_2 W_3; Experts' one level down, in
-// each of its experts and shared experts. has_W_1<Block>: Block has a W_1 (has_experts: Block holds experts).
-template <class Block, class = void> struct has_W_1 : std::false_type {};
-template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
-template <class Block, class = void> struct has_W_3 : std::false_type {};
-template <class Block> struct has_W_3<Block, std::void_t<decltype(&Block::W_3)>> : std::true_type {};
-template <class Block, class = void> struct has_experts : std::false_type {};
-template <class Block> struct has_experts<Block, std::void_t<decltype(&Block::experts)>> : std::true_type {};
-
-// Every Linear a model's adapters may sit on, with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"),
-// in the checkpoint's order. A template: the Transformer comes after this chapter (model.hpp reads it after Linear).
+// Every Linear adapters may sit on, with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the
+// checkpoint's order (each_linear, chapter 09): W_q and W_v, or every matrix of attention and of the feed-forward
+// (each expert's too); never the router (W_router: "...router.W") or out.W.
 template <class Model, class Linear_>
 void each_adaptable(Model& model, LoraOn on, const std::function<void(const std::string&, Linear_&)>& visit) {
-    auto attention = [&](auto& attn, const std::string& name) {
-        visit(name + ".W_q", attn.W_q);
-        if (adapts_every_matrix(on)) visit(name + ".W_k", attn.W_k);
-        visit(name + ".W_v", attn.W_v);
-        if (adapts_every_matrix(on)) visit(name + ".W_o", attn.W_o);
-    };
-    auto dense = [&](auto& ffn, const std::string& name) {  // one feed-forward, of whichever kind it holds
-        std::visit([&](auto& block) {
-            using Block = std::decay_t<decltype(block)>;
-            if constexpr (has_W_1<Block>::value) visit(name + ".W_1", block.W_1), visit(name + ".W_2", block.W_2);
-            if constexpr (has_W_3<Block>::value) visit(name + ".W_3", block.W_3);
-        }, ffn.block);
-    };
-    auto feed_forward = [&](auto& ffn, const std::string& name) {
-        if (!adapts_every_matrix(on)) return;
-        std::visit([&](auto& block) {
-            using Block = std::decay_t<decltype(block)>;
-            if constexpr (has_experts<Block>::value) {  // the checkpoint's order: the router (no adapter), then these
-                for (std::size_t i = 0; i < block.experts.size(); i++)
-                    dense(block.experts[i], name + ".experts." + std::to_string(i));
-                for (std::size_t j = 0; j < block.shared.size(); j++)
-                    dense(block.shared[j], name + ".shared." + std::to_string(j));
-            } else {
-                dense(ffn, name);
-            }
-        }, ffn.block);
-    };
-    for (std::size_t i = 0; i < model.encoder.size(); i++) {
-        const std::string name = "encoder." + std::to_string(i);
-        attention(model.encoder[i].self_attn, name + ".self_attn");
-        feed_forward(model.encoder[i].ffn, name + ".ffn");
-    }
-    for (std::size_t i = 0; i < model.decoder.size(); i++) {
-        const std::string name = "decoder." + std::to_string(i);
-        attention(model.decoder[i].self_attn, name + ".self_attn");
-        if (model.decoder[i].cross) attention(model.decoder[i].cross_attn, name + ".cross_attn");
-        feed_forward(model.decoder[i].ffn, name + ".ffn");
-    }
+    each_linear(model, [&](const std::string& name, Linear_& linear) {
+        const std::string last = name.substr(name.rfind('.') + 1);
+        if (last == "W") return;  // the router, out.W
+        if (adapts_every_matrix(on) || last == "W_q" || last == "W_v") visit(name, linear);
+    });
 }
 
 // Adapters of rank R and scale alpha / R on the chosen Linears, A drawn from `rng` in the checkpoint's order. Every
@@ -229,13 +189,15 @@ template <class Model> ParamList parameters_and_adapters(Model& model) {
 // Merge every adapter into its W (W + s A B) and take it off: the model is a plain float model again, which saves,
 // loads and runs with no flag. A quantized base's W is its dequantized values: the merged model is float64.
 template <class Model> void merge_adapters(Model& model) {
-    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string&, Linear& linear) {
+    each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
         linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);  // trainable again
         auto* fine_tuned = dynamic_cast<Adapted*>(linear.product.get());
         if (!fine_tuned) return;
-        if (fine_tuned->lora.on()) {
+        if (fine_tuned->lora.on()) {  // float64 now: the paper's product (a quantized base's integers dropped)
             linear.W.value = fine_tuned->lora.merged(linear.W.value);
-            linear.W.quantized.clear();
+            model.integers.erase(name);
+            linear.product = Owned<Product>();
+            return;
         }
         Owned<Product> base = std::move(fine_tuned->base);  // the product it had
         linear.product = std::move(base);

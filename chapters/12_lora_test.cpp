@@ -140,9 +140,10 @@ TEST_CASE("gradient: an adapter over a quantized base (8 and 4 bits)") {
         Rng rng(40 + bits);
         Linear q(32, 8, true, rng);
         q.b.value = random_matrix(1, 8, rng);
-        q.W.quantized = {quantize(transpose(q.W.value), bits)};
-        q.W.value = transpose(dequantize(q.W.quantized[0]));  // as the checkpoint's reader keeps it
-        pack_weights(q.W.quantized[0]);
+        Quantized Q = quantize(transpose(q.W.value), bits);
+        q.W.value = transpose(dequantize(Q));  // as the checkpoint's reader keeps it
+        pack_weights(Q);
+        q.product = std::make_unique<IntegerProduct>(std::make_shared<const Quantized>(std::move(Q)));
         Adapter& lora = frozen(q);
         lora = Adapter(32, 8, 2, 2.0, rng);
         for (double& v : lora.B.value.data) v = rng.uniform(-1, 1);
@@ -153,7 +154,7 @@ TEST_CASE("gradient: an adapter over a quantized base (8 and 4 bits)") {
             accumulate(unused, q.backward(G));
         });
         Linear f = q;  // the same weights in float64: its backward is the definition
-        f.W.quantized.clear();
+        *f.product->beneath() = Owned<Product>();  // the paper's product beneath the adapter
         f.forward(x);
         const Matrix dx_float = f.backward(G);
         q.forward(x);

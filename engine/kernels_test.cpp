@@ -1,10 +1,11 @@
-// engine/kernels_test.cpp -- the fast kernels (kernels.hpp) against matrix.hpp's plain loops: the same bits, on any
-// shape and on 1, 2, 3 and 8 threads. Built with the program's flags (Makefile), as the kernels run in ./sorter.
+// engine/kernels_test.cpp -- the fast kernels (kernels.hpp, integers.hpp) against matrix.hpp's and chapter 09's plain
+// loops: the same bits, on any shape and on 1, 2, 3 and 8 threads. Built with the program's flags (Makefile), as the
+// kernels run in ./sorter.
 #include <doctest/doctest.h>
 
 #include <array>
 
-#include "kernels.hpp"
+#include "../model.hpp"  // kernels.hpp, and integers.hpp where chapter 09 reads it
 
 namespace {
 Matrix filled(int rows, int cols, Rng& rng) {  // entries uniform in [-1, 1)

@@ -48,8 +48,9 @@ inline void write_checkpoint(FILE* f, Transformer& model, const DataConfig& d, c
     std::fprintf(f, "tensors %zu\n", params.size());
     for (auto& [name, p] : params) {
         std::fprintf(f, "tensor %s %d %d\n", name.c_str(), p->value.rows, p->value.cols);
-        if (p->quantized.empty()) write_matrix(f, p->value);
-        else write_quantized(f, p->quantized[0]);
+        const auto integers = model.integers.find(name);  // a quantized model's (chapter 09)
+        if (integers == model.integers.end()) write_matrix(f, p->value);
+        else write_quantized(f, *integers->second);
     }
     std::fprintf(f, "training\n");
     write_settings(f, training_table(), s, version);
@@ -226,7 +227,7 @@ inline void read_tensors(WordReader& r, Transformer& model, long count) {
         if (!parse_whole(rw, 0, 1000000000, rows) || !parse_whole(cw, 0, 1000000000, cols) || rows != m.rows ||
             cols != m.cols)
             r.error(tensor + " has shape (" + rw + ", " + cw + "); this configuration needs " + shape_text(m));
-        if (model.config.bits > 0 && is_product_matrix(name)) read_quantized(r, name, *p, model.config.bits);
+        if (model.config.bits > 0 && is_product_matrix(name)) read_quantized(r, model, name, *p, model.config.bits);
         else read_values(r, tensor, m);
     }
 }
@@ -259,6 +260,7 @@ inline Transformer read_checkpoint(std::istream& in, const std::string& where, D
     }
     check_room_for(r, model);
     read_tensors(r, model, count);
+    multiply_in_integers(model);  // a quantized model's Linears multiply by its integers (chapter 09)
     t = TrainConfig(), state = TrainState(t, 1), origin = Origin();  // version 1 keeps no training: --steps starts
                                                                      // afresh with the training flags' defaults
     std::string w = r.next(), last = version == 1 ? "'end'" : "'training'";

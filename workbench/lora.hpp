@@ -265,7 +265,8 @@ inline Transformer merged_copy(Transformer& model) {
     if (merged.config.bits > 0)
         for (auto& [name, p] : merged.parameters())
             if (std::find(adapted.begin(), adapted.end(), name) != adapted.end())
-                set_quantized(*p, name, quantize(transpose(p->value), merged.config.bits));
+                set_quantized(merged, *p, name, quantize(transpose(p->value), merged.config.bits));
+    multiply_in_integers(merged);
     return merged;
 }
 // The merged model, and the training state and origin its file keeps (the page's Download writes the same file).

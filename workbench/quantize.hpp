@@ -21,11 +21,13 @@ inline bool is_product_matrix(const std::string& name) {
 // A Linear's W (d_in, d_out) is kept as its transpose (d_out, d_in), each output's weights in a row; the table
 // (vocab, d_model) is that already: the tied product's rows are the tokens.
 inline bool kept_transposed(const std::string& name) { return last_part(name) != "table"; }
-inline void set_quantized(Param& p, const std::string& name, Quantized Q) {
+// Tensor `name`'s integers Q, kept by the model (chapter 09's QuantizedParts), and p's values, what they stand for.
+// (Then multiply_in_integers, once the model has them all, gives each Linear its IntegerProduct.)
+inline void set_quantized(Transformer& model, Param& p, const std::string& name, Quantized Q) {
     Matrix W = dequantize(Q);  // what the float readers of the weights see (--inspect, the report)
     p.value = kept_transposed(name) ? transpose(W) : W;
-    pack_weights(Q);  // engine/kernels.hpp's layout for its product, once
-    p.quantized = {std::move(Q)};
+    pack_weights(Q);  // engine/integers.hpp's layout for its product, once
+    model.integers[name] = std::make_shared<const Quantized>(std::move(Q));
 }
 // A valid width: 2 to 8 bits.
 inline bool valid_bits(long bits) { return bits >= 2 && bits <= 8; }
@@ -75,8 +77,9 @@ inline void quantize_model(Transformer& model, int bits) {
         std::printf("quantized %-28s %-10s to %d bits, groups of %2d: max error %.6f (largest half step %.6f)\n",
                     name.c_str(), shape_text(p->value).c_str(), bits, Q.group, error, half_step);
         worst = std::max(worst, error);
-        set_quantized(*p, name, std::move(Q));
+        set_quantized(model, *p, name, std::move(Q));
     }
+    multiply_in_integers(model);
     model.config.bits = bits;
     std::printf("max error in any group: %.6f\n", worst);
 }
@@ -90,7 +93,7 @@ inline void write_quantized(FILE* f, const Quantized& Q) {
             std::fprintf(f, "%d%c", int(Q.q[std::size_t(r) * Q.cols + c]), c + 1 == Q.cols ? '\n' : ' ');
     }
 }
-inline void read_quantized(WordReader& r, const std::string& name, Param& p, int bits) {
+inline void read_quantized(WordReader& r, Transformer& model, const std::string& name, Param& p, int bits) {
     const Matrix& W = p.value;
     Quantized Q;
     Q.rows = kept_transposed(name) ? W.cols : W.rows, Q.cols = kept_transposed(name) ? W.rows : W.cols;
@@ -121,5 +124,5 @@ inline void read_quantized(WordReader& r, const std::string& name, Param& p, int
             Q.q.push_back(int8_t(negative ? -q : q));
         }
     }
-    set_quantized(p, name, std::move(Q));
+    set_quantized(model, p, name, std::move(Q));
 }

@@ -82,7 +82,7 @@ TEST_CASE("quantize: a quantized checkpoint read and written again is byte-ident
         Kept kept;
         Transformer back = read_kept(in, "--load q.txt", kept);
         CHECK(checkpoint_text(back, kept) == text);
-        for (auto& [name, p] : back.parameters()) CHECK(p->quantized.empty() == !is_product_matrix(name));
+        for (auto& [name, p] : back.parameters()) CHECK((back.integers.count(name) == 0) == !is_product_matrix(name));
     }
 }
 
@@ -94,13 +94,10 @@ static std::string rewritten(Transformer& model, const std::string& text, Scale 
     std::string out, line;
     const Quantized* Q = nullptr;
     int row = 0;
-    auto params = model.parameters();
     while (std::getline(in, line)) {
         if (line.rfind("tensor ", 0) == 0) {
-            const std::string name = split_words(line)[1];
-            Q = nullptr, row = 0;
-            for (auto& [n, p] : params)
-                if (n == name && !p->quantized.empty()) Q = &p->quantized[0];
+            const auto found = model.integers.find(split_words(line)[1]);
+            Q = found == model.integers.end() ? nullptr : found->second.get(), row = 0;
         } else if (line == "training") {
             Q = nullptr;
         } else if (Q && row < Q->rows) {
@@ -139,9 +136,8 @@ TEST_CASE("quantize: each extreme value of a quantized file loads and runs; past
             std::istringstream in(file);
             Kept kept;
             Transformer back = read_kept(in, "--load q.txt", kept);
-            for (auto& [name, p] : back.parameters())
-                for (const Quantized& Q : p->quantized)
-                    for (double s : Q.scales) CHECK(s == double(float(std::strtod(scale.c_str(), nullptr))));
+            for (auto& [name, Q] : back.integers)
+                for (double s : Q->scales) CHECK(s == double(float(std::strtod(scale.c_str(), nullptr))));
             CHECK(evaluate(back, data.held_out).total == 20);  // it runs: greedy decoding of every held-out input
             teacher_forced_loss(back, data.held_out);
         }
@@ -175,15 +171,16 @@ TEST_CASE("quantize: a model whose values overflow runs on to NaN, never to a Na
     Transformer model(c, 1);
     printed_by([&] { quantize_model(model, 8); });
     for (auto& [name, p] : model.parameters()) {
-        if (p->quantized.empty()) {
+        if (!model.integers.count(name)) {
             std::fill(p->value.data.begin(), p->value.data.end(), 1e100);
             continue;
         }
-        Quantized Q = p->quantized[0];
+        Quantized Q = *model.integers.at(name);
         std::fill(Q.scales.begin(), Q.scales.end(), double(FLT_MAX));
         std::fill(Q.q.begin(), Q.q.end(), int8_t(127));
-        set_quantized(*p, name, std::move(Q));
+        set_quantized(model, *p, name, std::move(Q));
     }
+    multiply_in_integers(model);
     const Dataset data(d, {}, 10, 5);
     const Inputs in = inputs_of(data.held_out, 0, 10);
     const Matrix logits = model.forward(in.sources, in.targets_in);
@@ -215,7 +212,7 @@ TEST_CASE("quantize: a model whose scale would not fit a float32 is refused befo
     CHECK(error == "--quantize 8: tensor '" + name + "' holds a weight of 1e+50, whose group's "
                    "scale 7.87402e+47 would not fit a float32 (at most 3.40282e+38: at 8 bits a weight may be "
                    "4.32159e+40 in size); this model cannot be quantized: train it again, or keep it in float64");
-    CHECK(W.quantized.empty());
+    CHECK(model.integers.empty());
     CHECK(model.config.bits == 0);
     W.value.data[5] = 4e40;  // a scale of 3.1e38 at 8 bits; 5e39 at 4
     error.clear();
@@ -311,8 +308,9 @@ TEST_CASE("quantize: an experts model decodes as the float model of its dequanti
         std::istringstream twin_in(text);  // the float twin: the same file, its integer products dropped
         Kept twin_kept;
         Transformer twin = read_kept(twin_in, "--load q.txt", twin_kept);
-        int quantized_tensors = 0;
-        for (auto& [name, p] : twin.parameters()) quantized_tensors += !p->quantized.empty(), p->quantized.clear();
+        const int quantized_tensors = int(twin.integers.size());
+        twin.integers.clear();
+        each_linear(twin, [](const std::string&, Linear& linear) { linear.product = Owned<Product>(); });  // untied
         CHECK(quantized_tensors == 36);  // embed.table, out.W, 12 of attention, 2 routers, 2 x 5 experts' W_1 and W_2
         twin.config.bits = 0;
         const std::vector<std::vector<int>> q_out = decode_all(quantized, data.held_out),
