@@ -17,9 +17,7 @@
 #include "matrix.hpp"
 #include "chapters/02_dropout.hpp"  // dropout(x), off by default: a first reading takes it as x
 
-// The choices a model is built with (ModelConfig's), each enum with its names as the flags and the checkpoint file
-// spell them, and the questions the blocks ask of them, each answered once.
-#include "chapters/00_choices.hpp"
+#include "chapters/00_choices.hpp"  // the choices, their names, the questions the blocks ask of them; Owned
 
 struct ModelConfig : LaterChoices<ModelConfig> {  // and each later chapter's choices, off by default (chapter 00)
     int vocab = 11;       // PAD 0, digits 1..9, START 10
@@ -45,9 +43,8 @@ constexpr int PAD = 0;  // the padding token; attention never looks at a PAD sou
 using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
-// How a Linear multiplies its input x (n, d_in) by W (d_in, d_out), and back: the paper's is matmul in float64 (faster:
-// engine/kernels.hpp). A later chapter gives a Linear a product of its own when the model is built or loaded (chapter
-// 09: W's integers; chapter 12: an adapter beside a frozen W).
+// How a Linear multiplies its input x (n, d_in) by W (d_in, d_out), and back: the paper's is matmul in float64; a later
+// chapter's, given when the model is built or loaded (09: W's integers; 12: an adapter beside a frozen W).
 struct Product {
     virtual ~Product() = default;
     virtual std::unique_ptr<Product> copy() const { return std::make_unique<Product>(*this); }
@@ -96,8 +93,6 @@ struct Linear {
         return dx;
     }
 };
-#include "chapters/09_eight_bits.hpp"  // a quantized model: its integers (QuantizedParts), a Linear's IntegerProduct
-#include "chapters/12_lora.hpp"  // fine-tuning: a Linear's product with an adapter beside its frozen W (chapter 12)
 
 // ---------------------------------------------------------------------------------------------
 // Embedding + positions:  X[t] = table[token_t] * multiplier + pos[row_t].   X (n_seq L, d_model), n_seq sequences of
@@ -264,10 +259,10 @@ struct HeadAttention {
     // Q or K (n_seq L, heads d_k) before the heads read it, each sequence's rows at positions first ..; and back.
     virtual Matrix ready(Matrix X, int /*L*/, int /*first*/) const { return X; }
     virtual Matrix ready_backward(Matrix dX, int /*L*/, int /*first*/) const { return dX; }
-    // Before n_seq sequences' heads attend: whether they must run in turn (attention dropout draws in order).
+    // Before n_seq sequences' heads attend: whether they must run in turn (attention dropout draws in order); then
+    // sequence e's mask written out, and its scores (T, S) made weights (queries from first_query on: decoding's).
     virtual bool start(const Mask& /*mask*/, int /*n_seq*/, double p, Rng* draws) { return draws && p > 0.0; }
     virtual Matrix sequence_mask(const Mask& mask, int e, int T, int S) const { return mask.of_sequence(e, T, S); }
-    // The scores (T, S) made weights; the queries' positions start at first_query (decoding: further on).
     virtual Matrix weights(Matrix scores, const Matrix& mask_e, int /*h*/, int /*first_query*/) const {
         return attention_weights(std::move(scores), mask_e);
     }
@@ -281,9 +276,8 @@ struct HeadAttention {
         attention_backward(dO, kept, dQ, dK, dV);
     }
 };
-// Later chapters' ways (positions in attention, attention in tiles), and head_attention_of, which picks one.
-#include "chapters/05_positions.hpp"
-#include "chapters/08_attention_in_tiles.hpp"
+#include "chapters/05_positions.hpp"           // positions in attention: PositionsInAttention
+#include "chapters/08_attention_in_tiles.hpp"  // attention in tiles, InTiles; head_attention_of picks the way
 
 // ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join the slices,
@@ -373,21 +367,33 @@ struct MultiHeadAttention {
 };
 
 // ---------------------------------------------------------------------------------------------
+// A layer with weights: the paper's norm is LayerNorm and its feed-forward FeedForward (below); later chapters add kinds
+// (04: RMSNorm, SwiGLU; 11: experts), one of each chosen when a model is built (norm_of, feed_forward_of).
+struct Layer {
+    virtual ~Layer() = default;
+    virtual std::unique_ptr<Layer> copy() const = 0;
+    virtual std::string kind(bool short_form) const = 0;  // as the pictures and counts say it: "LayerNorm", "LN"
+    virtual void list_parameters(const std::string& name, ParamList& list) = 0;
+    virtual Matrix forward(const Matrix& x) = 0;
+    virtual Matrix backward(const Matrix& dy) = 0;
+};
+
 // LayerNorm over each row:  y = gamma * (x - mean) / sqrt(var + eps) + beta.   x, y (n, d_model). var is the
 // biased variance (divide by d_model), as in PyTorch's LayerNorm.
-struct LayerNorm {
+struct LayerNorm : Layer {
     static constexpr double eps = 1e-5;
-    static constexpr const char *name = "LayerNorm", *short_name = "LN";  // as the pictures and counts say it
     Param gamma, beta;          // (1, d_model), start at 1 and 0: the identity after normalising
     Matrix x_hat;               // saved (n, d_model): (x - mean) / sqrt(var + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(var + eps) of each row
     LayerNorm() = default;
     explicit LayerNorm(int d_model) : gamma(1, d_model, 1.0), beta(1, d_model, 0.0) {}
-    void list_parameters(const std::string& name, ParamList& list) {
+    std::unique_ptr<Layer> copy() const override { return std::make_unique<LayerNorm>(*this); }
+    std::string kind(bool short_form) const override { return short_form ? "LN" : "LayerNorm"; }
+    void list_parameters(const std::string& name, ParamList& list) override {
         list.push_back({name + ".gamma", &gamma});
         list.push_back({name + ".beta", &beta});
     }
-    Matrix forward(const Matrix& x) {
+    Matrix forward(const Matrix& x) override {
         int n = x.rows, d = x.cols;
         x_hat = Matrix(n, d);
         rstd.assign(n, 0.0);
@@ -415,7 +421,7 @@ struct LayerNorm {
     //   dx_j = sum_k d_x_hat_k [(delta_jk - 1/d) rstd - (x_k - mean) rstd^3 (x_j - mean) / d]
     //        = rstd (d_x_hat_j - mean(d_x_hat) - x_hat_j mean(d_x_hat * x_hat)).
     // exercise layernorm: end
-    Matrix backward(const Matrix& dy) {
+    Matrix backward(const Matrix& dy) override {
         // exercise layernorm: begin (uses dy)
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
@@ -444,22 +450,24 @@ struct Pointwise {  // an activation, entry by entry, and its backward (matrix.h
     Matrix (*forward)(const Matrix& X);
     void (*backward)(const Matrix& dY, const Matrix& X, Matrix& dX);
 };
-struct FeedForward {
+struct FeedForward : Layer {
     Linear W_1, W_2;        // (d_model -> d_ff), (d_ff -> d_model), each with its bias b_1, b_2 (none: --no-bias)
     Pointwise act{"relu", relu, relu_backward};
     Matrix hidden;          // saved (n, d_ff): x W_1 + b_1, the activation's input
     FeedForward() = default;
     FeedForward(int d_model, int d_ff, Pointwise act, bool bias, Rng& rng)
         : W_1(d_model, d_ff, bias, rng), W_2(d_ff, d_model, bias, rng), act(act) {}
-    void list_parameters(const std::string& name, ParamList& list) {
+    std::unique_ptr<Layer> copy() const override { return std::make_unique<FeedForward>(*this); }
+    std::string kind(bool short_form) const override { return short_form ? "FFN" : "FeedForward"; }
+    void list_parameters(const std::string& name, ParamList& list) override {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
     }
-    Matrix forward(const Matrix& x) {
+    Matrix forward(const Matrix& x) override {
         hidden = W_1.forward(x);
         return W_2.forward(act.forward(hidden));
     }
-    Matrix backward(const Matrix& dy) {
+    Matrix backward(const Matrix& dy) override {
         Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act(hidden))
         Matrix d_hidden(hidden.rows, hidden.cols);
         act.backward(d_act, hidden, d_hidden);  // forward: act(hidden)
@@ -467,18 +475,16 @@ struct FeedForward {
     }
 };
 
-// Which norm and which feed-forward a model uses is chosen once, when it is built (norm_of, feed_forward_of): a Norm
-// holds LayerNorm or RMSNorm, a FeedForwardBlock FeedForward (ReLU or GELU) or SwiGLU. Today's blocks and the choice:
-#include "chapters/04_todays_blocks.hpp"
+#include "chapters/04_todays_blocks.hpp"  // RMSNorm, GELU, SwiGLU; the choice of norm and feed-forward
 
 // ---------------------------------------------------------------------------------------------
-// Sublayer: the residual connection and its norm (Norm: LayerNorm), wrapped around attention or feed-forward.
+// Sublayer: the residual connection and its norm (LayerNorm), wrapped around attention or feed-forward.
 //   pre-norm (default): x + dropout(f(LN(x)))     post-norm (the 2017 paper's blocks): LN(x + dropout(f(x)))
 // (both keep the final LayerNorm before the output projection; the paper's post-norm model has none). The one place
 // the residual rule lives: forward(x, f) runs the inner f, backward(d_out, f_backward) its backward (d of f's output
 // in, d of f's input out), so a block's backward reads as its forward reversed.
 struct Sublayer {
-    Norm norm;
+    Owned<Layer> norm;
     NormPlace where = NormPlace::pre;
     double p = 0.0;                // dropout on f's output, in training
     Rng* dropout_draws = nullptr;  // in training the model's dropout stream (Transformer::train), else nullptr
@@ -488,8 +494,8 @@ struct Sublayer {
     template <typename F>  // f: Matrix(const Matrix& f_in)
     Matrix forward(const Matrix& x, F f) {
         switch (where) {
-        case NormPlace::pre: return add(x, dropout(f(norm.forward(x)), p, dropout_draws, keep));   // x + f(LN(x))
-        case NormPlace::post: return norm.forward(add(x, dropout(f(x), p, dropout_draws, keep)));  // LN(x + f(x))
+        case NormPlace::pre: return add(x, dropout(f(norm->forward(x)), p, dropout_draws, keep));   // x + f(LN(x))
+        case NormPlace::post: return norm->forward(add(x, dropout(f(x), p, dropout_draws, keep)));  // LN(x + f(x))
         }
         return Matrix();  // not reached
     }
@@ -498,7 +504,7 @@ struct Sublayer {
         Matrix d_sum;
         switch (where) {  // forward: out = sum (pre-norm) or LN(sum) (post-norm)
         case NormPlace::pre: d_sum = d_out; break;
-        case NormPlace::post: d_sum = norm.backward(d_out); break;
+        case NormPlace::post: d_sum = norm->backward(d_out); break;
         }
         // forward: sum = add(x, dropped): both terms get d_sum
         Matrix dx(d_sum.rows, d_sum.cols), d_dropped(d_sum.rows, d_sum.cols);
@@ -507,7 +513,7 @@ struct Sublayer {
         Matrix d_f_out = dropout_backward(std::move(d_dropped), keep);
         Matrix d_f_in = f_backward(d_f_out);  // forward: f_out = f(f_in)
         switch (where) {  // forward: f_in = LN(x) (pre-norm) or x (post-norm): the second path to x
-        case NormPlace::pre: accumulate(dx, norm.backward(d_f_in)); break;
+        case NormPlace::pre: accumulate(dx, norm->backward(d_f_in)); break;
         case NormPlace::post: accumulate(dx, d_f_in); break;
         }
         return dx;
@@ -519,26 +525,26 @@ struct Sublayer {
 struct EncoderBlock {
     Sublayer attn_sub, ffn_sub;
     MultiHeadAttention self_attn;
-    FeedForwardBlock ffn;
+    Owned<Layer> ffn;
     EncoderBlock() = default;
     EncoderBlock(const ModelConfig& c, Rng& rng)
         : attn_sub(c), ffn_sub(c), self_attn(c, rng, true), ffn(feed_forward_of(c, rng)) {}
     void list_parameters(const std::string& name, ParamList& list) {
-        attn_sub.norm.list_parameters(name + ".norm1", list);
+        attn_sub.norm->list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
-        ffn_sub.norm.list_parameters(name + ".norm2", list);
-        ffn.list_parameters(name + ".ffn", list);
+        ffn_sub.norm->list_parameters(name + ".norm2", list);
+        ffn->list_parameters(name + ".ffn", list);
     }
     void set_dropout_draws(Rng* stream) {  // Transformer::train
         attn_sub.dropout_draws = ffn_sub.dropout_draws = self_attn.dropout_draws = stream;
     }
     Matrix forward(const Matrix& x, const Mask& src_mask, int n_seq = 1) {  // n_seq sequences stacked
         Matrix x1 = attn_sub.forward(x, [&](const Matrix& a) { return self_attn.forward(a, a, src_mask, n_seq); });
-        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn.forward(a); });
+        return ffn_sub.forward(x1, [&](const Matrix& a) { return ffn->forward(a); });
     }
     Matrix backward(const Matrix& d_out) {
         // forward: out = ffn_sub.forward(x1, ffn)
-        Matrix dx1 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
+        Matrix dx1 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn->backward(d); });
         // forward: x1 = attn_sub.forward(x, self-attention)
         return attn_sub.backward(dx1, [&](const Matrix& d) { return self_attn.backward_self(d); });
     }
@@ -551,7 +557,7 @@ struct DecoderBlock {
     bool cross = true;  // false in a decoder-only model: no memory to attend to
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
-    FeedForwardBlock ffn;
+    Owned<Layer> ffn;
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
         : cross(has_encoder(c.arch)), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
@@ -559,12 +565,12 @@ struct DecoderBlock {
         ffn = feed_forward_of(c, rng);
     }
     void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn
-        self_sub.norm.list_parameters(name + ".norm1", list);
+        self_sub.norm->list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
-        if (cross) cross_sub.norm.list_parameters(name + ".norm2", list);
+        if (cross) cross_sub.norm->list_parameters(name + ".norm2", list);
         if (cross) cross_attn.list_parameters(name + ".cross_attn", list);
-        ffn_sub.norm.list_parameters(name + (cross ? ".norm3" : ".norm2"), list);
-        ffn.list_parameters(name + ".ffn", list);
+        ffn_sub.norm->list_parameters(name + (cross ? ".norm3" : ".norm2"), list);
+        ffn->list_parameters(name + ".ffn", list);
     }
     void set_dropout_draws(Rng* stream) {  // Transformer::train
         self_sub.dropout_draws = cross_sub.dropout_draws = ffn_sub.dropout_draws = stream;
@@ -574,17 +580,17 @@ struct DecoderBlock {
     Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
-        if (!cross) return ffn_sub.forward(y1, [&](const Matrix& a) { return ffn.forward(a); });  // decoder-only
+        if (!cross) return ffn_sub.forward(y1, [&](const Matrix& a) { return ffn->forward(a); });  // decoder-only
         Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) {
             return cross_attn.forward(a, memory, memory_mask, n_seq);
         });
-        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn.forward(a); });
+        return ffn_sub.forward(y2, [&](const Matrix& a) { return ffn->forward(a); });
     }
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
         // exercise decoder-block: begin (uses d_out d_memory)
         // forward: out = ffn_sub.forward(y2, ffn)   (decoder-only: y1 in y2's place)
-        Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn.backward(d); });
+        Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn->backward(d); });
         // forward: y2 = cross_sub.forward(y1, cross-attention to the memory)
         Matrix dy1 = !cross ? dy2 : cross_sub.backward(dy2, [&](const Matrix& d) {
             Matrix d_queries(d.rows, d.cols);
@@ -597,6 +603,9 @@ struct DecoderBlock {
     }
 };
 
+#include "chapters/09_eight_bits.hpp"  // a quantized model's integers (QuantizedParts), a Linear's IntegerProduct
+#include "chapters/12_lora.hpp"        // fine-tuning: a Linear's adapter beside its frozen W (Adapted)
+
 // ---------------------------------------------------------------------------------------------
 // The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
 // input, run the decoder blocks against the memory; final LayerNorm; project to vocab logits.
@@ -606,14 +615,12 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     Embedding embed;  // shared by source and target
     std::vector<EncoderBlock> encoder;
     std::vector<DecoderBlock> decoder;
-    Norm final_norm;
+    Owned<Layer> final_norm;
     Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    // Saved: the position row each token read, n_seq x (S), n_seq x (T), and dropout's factors on the embeddings,
-    // (n_seq S or T, d_model). (A decoder-only model's decoder reads source and answer as one: S + T, chapter 06.)
-    Batch source_position_ids, target_position_ids;
-    Matrix source_keep, target_keep;
+    Batch source_position_ids, target_position_ids;  // saved: each token's position row, n_seq x (S), n_seq x (T)
+    Matrix source_keep, target_keep;  // saved: dropout's factors (n_seq S or T, d_model); decoder-only's T: S + T
     // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
     // dropout's masks, in the order forward runs, and random positions' rows. Outside it no stream moves.
     Rng position_draws{1};
@@ -676,7 +683,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_position_ids));
         y = dropout(std::move(y), config.dropout, embedding_dropout_draws(), target_keep);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);
-        return output(final_norm.forward(y));  // -> logits (n_seq T, vocab)
+        return output(final_norm->forward(y));  // -> logits (n_seq T, vocab)
     }
     // The output projection: logits = h W + b, h (n_seq T, d_model) -> (n_seq T, vocab), and back: dh. With tied
     // embeddings (the paper, 3.4) W is the embedding table transposed (out's TransposedProduct): one matrix reads a
@@ -701,8 +708,8 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     }
     // Undo forward(), last step first. Adds into every parameter's grad.
     void backward(const Matrix& d_logits) {
-        // forward: logits = output(final_norm.forward(y))
-        Matrix dy = final_norm.backward(output_backward(d_logits));
+        // forward: logits = output(final_norm->forward(y))
+        Matrix dy = final_norm->backward(output_backward(d_logits));
         switch (config.arch) {
         case Arch::encoder_decoder: break;
         case Arch::decoder_only: read_whole_backward(dy); return;  // one causal stack, no memory
@@ -729,7 +736,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         embed.list_parameters("embed", list);
         for (size_t i = 0; i < encoder.size(); i++) encoder[i].list_parameters("encoder." + std::to_string(i), list);
         for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
-        final_norm.list_parameters("final_norm", list);
+        final_norm->list_parameters("final_norm", list);
         if (!config.tie_embeddings) list.push_back({"out.W", &out.W});  // tied: the table, listed once above
         if (!out.b.value.empty()) list.push_back({"out.b", &out.b});
         return list;

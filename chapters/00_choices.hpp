@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // The choices, each with its names as the flags and the checkpoint file spell them, in the enum's order.
@@ -88,14 +89,19 @@ inline bool draws_position_ids(Positions positions) {
 // model owns its ways), and a chapter's way derives from the paper's and takes its place when the model is built.
 template <typename T>
 struct Owned {
-    std::unique_ptr<T> p = std::make_unique<T>();
+    std::unique_ptr<T> p = paper();  // (an abstract T, a Layer, has no way of its own: the model gives it one)
+    static std::unique_ptr<T> paper() {
+        if constexpr (std::is_abstract_v<T>) return nullptr;
+        else return std::make_unique<T>();
+    }
     Owned() = default;
     template <typename U> Owned(std::unique_ptr<U> q) : p(std::move(q)) {}  // U: T, or a way derived from it
-    Owned(const Owned& o) : p(o.p->copy()) {}
+    Owned(const Owned& o) : p(o.p ? o.p->copy() : nullptr) {}
     Owned(Owned&&) = default;
-    Owned& operator=(const Owned& o) { p = o.p->copy(); return *this; }
+    Owned& operator=(const Owned& o) { p = o.p ? o.p->copy() : nullptr; return *this; }
     Owned& operator=(Owned&&) = default;
     T* operator->() const { return p.get(); }
+    T& operator*() const { return *p; }
     T* get() const { return p.get(); }
 };
 

@@ -2,15 +2,15 @@
 // SwiGLU for the two-layer feed-forward.
 //
 // What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and
-// --act swiglu (Shazeer 2020), Llama's norm and feed-forward. What it changes in the first part: Norm and
-// FeedForwardBlock (model.hpp) may hold these; norm_of and feed_forward_of, at the end, choose once, when a model is
-// built. A FeedForwardBlock may also hold chapter 11's experts, each one of these.
+// --act swiglu (Shazeer 2020), Llama's norm and feed-forward. What it changes in the first part: RMSNorm and SwiGLU
+// are Layers (model.hpp), which a block may hold in LayerNorm's and FeedForward's places; norm_of and feed_forward_of,
+// at the end, choose once, when a model is built. A block's feed-forward may also be chapter 11's experts.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "../model.hpp"  // Linear, ParamList (this file is read where model.hpp includes it)
@@ -64,18 +64,21 @@ inline void multiply_backward(const Matrix& dY, const Matrix& A, const Matrix& B
 // RMSNorm (--rmsnorm; Zhang & Sennrich 2019, Llama's norm), today's block in LayerNorm's place.
 //   y = gamma * x / sqrt(mean(x^2) + eps).   x, y (n, d_model). No mean is taken out and there is no beta: only
 // the row's scale is normalised.
-struct RMSNorm {
+struct RMSNorm : Layer {
     static constexpr double eps = 1e-5;
-    static constexpr const char *name = "RMSNorm", *short_name = "RMS";
     Param gamma;                // (1, d_model), starts at 1
     Matrix x_hat;               // saved (n, d_model): x / sqrt(mean(x^2) + eps)
     std::vector<double> rstd;   // saved (n): 1 / sqrt(mean(x^2) + eps) of each row
 
     RMSNorm() = default;
     explicit RMSNorm(int d_model) : gamma(1, d_model, 1.0) {}
-    void list_parameters(const std::string& name, ParamList& list) { list.push_back({name + ".gamma", &gamma}); }
+    std::unique_ptr<Layer> copy() const override { return std::make_unique<RMSNorm>(*this); }
+    std::string kind(bool short_form) const override { return short_form ? "RMS" : "RMSNorm"; }
+    void list_parameters(const std::string& name, ParamList& list) override {
+        list.push_back({name + ".gamma", &gamma});
+    }
 
-    Matrix forward(const Matrix& x) {
+    Matrix forward(const Matrix& x) override {
         int n = x.rows, d = x.cols;
         x_hat = Matrix(n, d);
         rstd.assign(n, 0.0);
@@ -96,7 +99,7 @@ struct RMSNorm {
     // forward: x_hat = x * rstd: LayerNorm's backward with its mean fixed at 0, so term 2 is gone and term 3
     //          stays, through the mean of squares:   dx = rstd * (d_x_hat - x_hat * mean(d_x_hat * x_hat))
     // exercise rmsnorm: end
-    Matrix backward(const Matrix& dy) {
+    Matrix backward(const Matrix& dy) override {
         // exercise rmsnorm: begin (uses dy)
         int n = dy.rows, d = dy.cols;
         Matrix dx(n, d), d_x_hat(n, d);
@@ -119,7 +122,7 @@ struct RMSNorm {
 //   y = (silu(x W_1 + b_1) * (x W_3 + b_3)) W_2 + b_2, a gate times its partner, entry by entry.
 //   x, y (n, d_model), hidden and partner (n, d_h). Three matrices where there were two, so the hidden width d_h is
 // 2 d_ff / 3 (Llama's rule): the parameters stay about as many as ReLU's at the same d_ff, and the two compare fairly.
-struct SwiGLU {
+struct SwiGLU : Layer {
     Linear W_1, W_2, W_3;   // (d_model -> d_h), (d_h -> d_model), (d_model -> d_h): the gate, out, the partner
     Matrix hidden;          // saved (n, d_h): x W_1 + b_1, the gate's input
     Matrix partner;         // saved (n, d_h): x W_3 + b_3
@@ -129,17 +132,19 @@ struct SwiGLU {
     SwiGLU(int d_model, int d_ff, bool bias, Rng& rng)
         : W_1(d_model, width(d_ff), bias, rng), W_2(width(d_ff), d_model, bias, rng),
           W_3(d_model, width(d_ff), bias, rng) {}
-    void list_parameters(const std::string& name, ParamList& list) {
+    std::unique_ptr<Layer> copy() const override { return std::make_unique<SwiGLU>(*this); }
+    std::string kind(bool) const override { return "SwiGLU"; }
+    void list_parameters(const std::string& name, ParamList& list) override {
         W_1.list_parameters(name + ".W_1", name + ".b_1", list);
         W_2.list_parameters(name + ".W_2", name + ".b_2", list);
         W_3.list_parameters(name + ".W_3", name + ".b_3", list);
     }
-    Matrix forward(const Matrix& x) {
+    Matrix forward(const Matrix& x) override {
         hidden = W_1.forward(x);
         partner = W_3.forward(x);
         return W_2.forward(multiply(silu(hidden), partner));
     }
-    Matrix backward(const Matrix& dy) {
+    Matrix backward(const Matrix& dy) override {
         // exercise swiglu: begin (uses dy)
         Matrix d_act = W_2.backward(dy);  // forward: W_2.forward(act), act = multiply(gate, partner)
         const int n = hidden.rows, d_h = hidden.cols;
@@ -154,43 +159,23 @@ struct SwiGLU {
 };
 
 // ---------------------------------------------------------------------------------------------
-// OneOf<A, B> holds an A or a B (a std::variant), and forward, backward and list_parameters reach the one it holds
-// (std::visit calls the lambda with it): the blocks read as if there were one kind, and a new kind is one more name in
-// the list. norm_of and feed_forward_of, below, choose once, when a model is built.
-template <class... Kinds>
-struct OneOf {
-    std::variant<Kinds...> block;
-    Matrix forward(const Matrix& x) { return std::visit([&](auto& b) { return b.forward(x); }, block); }
-    Matrix backward(const Matrix& dy) { return std::visit([&](auto& b) { return b.backward(dy); }, block); }
-    void list_parameters(const std::string& name, ParamList& list) {
-        std::visit([&](auto& b) { b.list_parameters(name, list); }, block);
-    }
-    // What the block held calls itself (a norm: "LayerNorm", "LN"), for --params and --trace-shapes.
-    std::string kind() const { return std::visit([](const auto& b) { return std::string(b.name); }, block); }
-    std::string short_kind() const {
-        return std::visit([](const auto& b) { return std::string(b.short_name); }, block);
-    }
-};
-using Norm = OneOf<LayerNorm, RMSNorm>;
-struct Experts;  // chapter 11: E feed-forwards of one kind and a router that sends each token to K of them
-using FeedForwardBlock = OneOf<FeedForward, SwiGLU, Experts>;
-
-// ---------------------------------------------------------------------------------------------
 // The choice of norm and of feed-forward, made here once, when a model is built: the blocks call these.
-inline Norm norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
-    if (c.rms_norm) return {RMSNorm(c.d_model)};
-    return {LayerNorm(c.d_model)};
+inline std::unique_ptr<Layer> norm_of(const ModelConfig& c) {  // the choice of norm, made here once (--rmsnorm)
+    if (c.rms_norm) return std::make_unique<RMSNorm>(c.d_model);
+    return std::make_unique<LayerNorm>(c.d_model);
 }
-inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng);
+inline std::unique_ptr<Layer> feed_forward_of(const ModelConfig& c, Rng& rng);
 // A mixture of experts (--experts E) holds E feed-forwards, each built by feed_forward_of below: chapter 11.
 #include "11_experts.hpp"
-inline FeedForwardBlock feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, made here once
-    if (c.experts > 0) return {Experts(c, rng)};  // E experts of the kind chosen below (chapter 11)
+inline std::unique_ptr<Layer> feed_forward_of(const ModelConfig& c, Rng& rng) {  // the choice of activation, once
+    if (c.experts > 0) return std::make_unique<Experts>(c, rng);  // E experts of the kind chosen below (chapter 11)
     const std::string& name = ACTIVATION_NAMES[int(c.activation)];
     switch (c.activation) {
-    case Activation::relu: return {FeedForward(c.d_model, c.d_ff, {name, relu, relu_backward}, !c.no_bias, rng)};
-    case Activation::gelu: return {FeedForward(c.d_model, c.d_ff, {name, gelu, gelu_backward}, !c.no_bias, rng)};
-    case Activation::swiglu: return {SwiGLU(c.d_model, c.d_ff, !c.no_bias, rng)};
+    case Activation::relu:
+        return std::make_unique<FeedForward>(c.d_model, c.d_ff, Pointwise{name, relu, relu_backward}, !c.no_bias, rng);
+    case Activation::gelu:
+        return std::make_unique<FeedForward>(c.d_model, c.d_ff, Pointwise{name, gelu, gelu_backward}, !c.no_bias, rng);
+    case Activation::swiglu: return std::make_unique<SwiGLU>(c.d_model, c.d_ff, !c.no_bias, rng);
     }
-    return {};  // not reached
+    return nullptr;  // not reached
 }

@@ -56,7 +56,7 @@ inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
     for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
     Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
     for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
-    return output(final_norm.forward(answer));
+    return output(final_norm->forward(answer));
 }
 // Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
 inline void Transformer::read_whole_backward(const Matrix& d_answer) {

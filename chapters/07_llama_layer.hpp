@@ -64,11 +64,11 @@ inline Matrix llama_rmsnorm_backward(const Matrix& dy, const Matrix& x, Param& g
 inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, const Mask& mask, int n_seq,
                                   LlamaLayerSaved& s) {
     const MultiHeadAttention& attn = block.self_attn;
-    const SwiGLU& ffn = std::get<SwiGLU>(block.ffn.block);
+    const SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
     const int L = x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k, kv_mul = n_heads / attn.kv_heads;
     s.n_seq = n_seq, s.x = x;
     // attention rmsnorm
-    s.xb = llama_rmsnorm(x, std::get<RMSNorm>(block.self_sub.norm.block).gamma, s.rstd1);
+    s.xb = llama_rmsnorm(x, dynamic_cast<RMSNorm&>(*block.self_sub.norm).gamma, s.rstd1);
     // q k v = matmuls (no bias)
     s.Q = matmul_fast(s.xb, attn.W_q.W.value);  // (n_seq L, n_heads d_k)
     s.K = matmul_fast(s.xb, attn.W_k.W.value);  // (n_seq L, kv_heads d_k)
@@ -99,7 +99,7 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
     // final matmul to get the output of the attention, and the residual connection back into x
     s.x1 = add(x, matmul_fast(s.joined, attn.W_o.W.value));
     // ffn rmsnorm
-    s.xb2 = llama_rmsnorm(s.x1, std::get<RMSNorm>(block.ffn_sub.norm.block).gamma, s.rstd2);
+    s.xb2 = llama_rmsnorm(s.x1, dynamic_cast<RMSNorm&>(*block.ffn_sub.norm).gamma, s.rstd2);
     // silu(w1(x)) * w3(x) (Shazeer 2020)
     s.hidden = matmul_fast(s.xb2, ffn.W_1.W.value);   // (n_seq L, d_h)
     s.partner = matmul_fast(s.xb2, ffn.W_3.W.value);  // (n_seq L, d_h)
@@ -112,7 +112,7 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
 inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, const LlamaLayerSaved& s) {
     // shows the answers of rmsnorm swiglu attention heads rotary decoder-block: begin (uses block d_out s)
     MultiHeadAttention& attn = block.self_attn;
-    SwiGLU& ffn = std::get<SwiGLU>(block.ffn.block);
+    SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
     const int n_seq = s.n_seq, L = s.x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
     const int kv_mul = n_heads / attn.kv_heads;
     // forward: return add(x1, matmul_fast(glu, W_2)): a sum hands d_out to both terms
@@ -127,7 +127,7 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     matmul_backward_fast(d_hidden, s.xb2, ffn.W_1.W.value, d_xb2, ffn.W_1.W.grad);
     matmul_backward_fast(d_partner, s.xb2, ffn.W_3.W.value, d_xb2, ffn.W_3.W.grad);
     // forward: xb2 = llama_rmsnorm(x1, gamma): the second path to x1
-    accumulate(dx1, llama_rmsnorm_backward(d_xb2, s.x1, std::get<RMSNorm>(block.ffn_sub.norm.block).gamma, s.rstd2));
+    accumulate(dx1, llama_rmsnorm_backward(d_xb2, s.x1, dynamic_cast<RMSNorm&>(*block.ffn_sub.norm).gamma, s.rstd2));
     // forward: x1 = add(x, matmul_fast(joined, W_o)): a sum hands dx1 to both terms
     Matrix dx = dx1, d_joined(s.joined.rows, s.joined.cols);
     matmul_backward_fast(dx1, s.joined, attn.W_o.W.value, d_joined, attn.W_o.W.grad);
@@ -161,7 +161,7 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     matmul_backward_fast(dK, s.xb, attn.W_k.W.value, d_xb, attn.W_k.W.grad);
     matmul_backward_fast(dV, s.xb, attn.W_v.W.value, d_xb, attn.W_v.W.grad);
     // forward: xb = llama_rmsnorm(x, gamma): the second path to x
-    accumulate(dx, llama_rmsnorm_backward(d_xb, s.x, std::get<RMSNorm>(block.self_sub.norm.block).gamma, s.rstd1));
+    accumulate(dx, llama_rmsnorm_backward(d_xb, s.x, dynamic_cast<RMSNorm&>(*block.self_sub.norm).gamma, s.rstd1));
     return dx;
     // shows the answers: end
 }

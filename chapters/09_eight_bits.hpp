@@ -14,11 +14,10 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
-#include <variant>
+#include <utility>
 #include <vector>
 
-#include "../model.hpp"  // Product, Linear (this file is read where model.hpp includes it)
+#include "../model.hpp"  // Product, Linear, the blocks (this file is read where model.hpp includes it)
 
 // A matrix of a product as whole numbers of `bits` bits, one scale for each `group` of them along the input
 // dimension (below: what each member means).
@@ -170,52 +169,38 @@ struct IntegerProduct : Product {
 
 // Every Linear of a model with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the checkpoint's
 // order: attention's W_q W_k W_v W_o, a feed-forward's W_1 W_2 (SwiGLU's W_3; with experts, chapter 11, the router,
-// then each expert's and shared expert's), and out.W (tied embeddings: W empty, the table's product). Templates: the
-// Transformer and the blocks of chapters 04 and 11 come after this chapter. has_W_1<Block>: Block has a W_1.
-template <class Block, class = void> struct has_W_1 : std::false_type {};
-template <class Block> struct has_W_1<Block, std::void_t<decltype(&Block::W_1)>> : std::true_type {};
-template <class Block, class = void> struct has_W_3 : std::false_type {};
-template <class Block> struct has_W_3<Block, std::void_t<decltype(&Block::W_3)>> : std::true_type {};
-template <class Block, class = void> struct has_experts : std::false_type {};
-template <class Block> struct has_experts<Block, std::void_t<decltype(&Block::experts)>> : std::true_type {};
+// then each expert's and shared expert's), and out.W (tied embeddings: W empty, the table's product). A template:
+// the Transformer comes after this chapter.
 template <class Model, class Visit>  // visit(const std::string& name, Linear& linear)
 void each_linear(Model& model, Visit&& visit) {
-    auto attention = [&](auto& attn, const std::string& name) {
+    auto attention = [&](MultiHeadAttention& attn, const std::string& name) {
         for (auto [linear, suffix] : {std::pair{&attn.W_q, ".W_q"}, {&attn.W_k, ".W_k"}, {&attn.W_v, ".W_v"},
                                       {&attn.W_o, ".W_o"}})
             visit(name + suffix, *linear);
     };
-    auto dense = [&](auto& ffn, const std::string& name) {  // one feed-forward, of whichever kind it holds
-        std::visit([&](auto& block) {
-            using Block = std::decay_t<decltype(block)>;
-            if constexpr (has_W_1<Block>::value) visit(name + ".W_1", block.W_1), visit(name + ".W_2", block.W_2);
-            if constexpr (has_W_3<Block>::value) visit(name + ".W_3", block.W_3);
-        }, ffn.block);
+    auto dense = [&](Layer& ffn, const std::string& name) {  // one feed-forward, of whichever kind it is
+        if (auto* f = dynamic_cast<FeedForward*>(&ffn)) visit(name + ".W_1", f->W_1), visit(name + ".W_2", f->W_2);
+        if (auto* g = dynamic_cast<SwiGLU*>(&ffn))
+            visit(name + ".W_1", g->W_1), visit(name + ".W_2", g->W_2), visit(name + ".W_3", g->W_3);
     };
-    auto feed_forward = [&](auto& ffn, const std::string& name) {
-        std::visit([&](auto& block) {
-            using Block = std::decay_t<decltype(block)>;
-            if constexpr (has_experts<Block>::value) {  // the checkpoint's order: the router, then these
-                visit(name + ".router.W", block.router);
-                for (std::size_t i = 0; i < block.experts.size(); i++)
-                    dense(block.experts[i], name + ".experts." + std::to_string(i));
-                for (std::size_t j = 0; j < block.shared.size(); j++)
-                    dense(block.shared[j], name + ".shared." + std::to_string(j));
-            } else {
-                dense(ffn, name);
-            }
-        }, ffn.block);
+    auto feed_forward = [&](Layer& ffn, const std::string& name) {
+        auto* moe = dynamic_cast<Experts*>(&ffn);
+        if (!moe) return dense(ffn, name);
+        visit(name + ".router.W", moe->router);  // the checkpoint's order: the router, then the experts
+        for (std::size_t i = 0; i < moe->experts.size(); i++)
+            dense(*moe->experts[i], name + ".experts." + std::to_string(i));
+        for (std::size_t j = 0; j < moe->shared.size(); j++) dense(*moe->shared[j], name + ".shared." + std::to_string(j));
     };
     for (std::size_t i = 0; i < model.encoder.size(); i++) {
         const std::string name = "encoder." + std::to_string(i);
         attention(model.encoder[i].self_attn, name + ".self_attn");
-        feed_forward(model.encoder[i].ffn, name + ".ffn");
+        feed_forward(*model.encoder[i].ffn, name + ".ffn");
     }
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         const std::string name = "decoder." + std::to_string(i);
         attention(model.decoder[i].self_attn, name + ".self_attn");
         if (model.decoder[i].cross) attention(model.decoder[i].cross_attn, name + ".cross_attn");
-        feed_forward(model.decoder[i].ffn, name + ".ffn");
+        feed_forward(*model.decoder[i].ffn, name + ".ffn");
     }
     visit("out.W", model.out);
 }

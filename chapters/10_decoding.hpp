@@ -104,12 +104,12 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
         return attend_kept(self, self.heads->ready(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
                            self_mask, n_seq, position);
     });
-    if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn.forward(a); });  // decoder-only
+    if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn->forward(a); });  // decoder-only
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
         return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask,
                            n_seq, 0);
     });
-    return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn.forward(a); });
+    return b.ffn_sub.forward(y2, [&](const Matrix& a) { return b.ffn->forward(a); });
 }
 
 // Decoder-only: run the sources through the stack once, keeping every layer's K and V; START comes next.
@@ -160,5 +160,5 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
     for (std::size_t i = 0; i < model.decoder.size(); i++)
         y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
     cache.position++;
-    return model.output(model.final_norm.forward(y));
+    return model.output(model.final_norm->forward(y));
 }

@@ -4,16 +4,16 @@
 // What it adds: --experts E --top-k K (Shazeer et al. 2017, "Outrageously large neural networks": a gate picks the
 // top K of many experts), the softmax over the K kept scores (Mixtral, Jiang et al. 2024), --shared-experts N,
 // experts every token goes through (DeepSeekMoE, Dai et al. 2024), and --balance A, the Switch Transformer's load
-// balancing loss (Fedus, Zoph & Shazeer 2021). What it changes in the first part: a FeedForwardBlock (chapter 04)
-// may hold Experts, and feed_forward_of builds one when E > 0, each expert by feed_forward_of itself; with E = 0
+// balancing loss (Fedus, Zoph & Shazeer 2021). What it changes in the first part: Experts is a Layer (model.hpp) a
+// block may hold as its feed-forward, and feed_forward_of builds one when E > 0, each expert by itself; with E = 0
 // (the default) nothing changes, not one bit. train.hpp's gradient_of reports the balance loss apart.
 #pragma once
 
+#include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
-#include "04_todays_blocks.hpp"  // FeedForwardBlock, feed_forward_of (this file is read where chapter 04 includes it)
+#include "04_todays_blocks.hpp"  // Layer, feed_forward_of (this file is read where chapter 04 includes it)
 
 // ---------------------------------------------------------------------------------------------
 // Why experts. A feed-forward is most of a block's parameters, and every token pays for all of them. Make E of
@@ -69,13 +69,12 @@ inline std::vector<double> softmax_of(const std::vector<double>& s) {
 // which a test checks exactly).
 // Only a chosen expert computes, and only on its rows: gather them, run the expert, scatter back. An expert's work
 // grows with the rows it was given, so a step's expert work grows with K, not with E.
-struct Experts {
-    static constexpr const char *name = "Experts", *short_name = "MoE";
+struct Experts : Layer {
     int K = 1;                                // experts kept a token
     double balance = 0.0;                     // alpha, the balance loss's weight (--balance)
     Linear router;                            // (d_model -> E), no bias
-    std::vector<FeedForwardBlock> experts;    // E of them, each (n_i, d_model) -> (n_i, d_model)
-    std::vector<FeedForwardBlock> shared;     // N of them, every row, weight 1
+    std::vector<Owned<Layer>> experts;        // E of them, each (n_i, d_model) -> (n_i, d_model)
+    std::vector<Owned<Layer>> shared;         // N of them, every row, weight 1
     // Saved by forward, for the backward (and for --inspect: which expert each token went to):
     Matrix scores;                            // (n, E), x W_router
     std::vector<std::vector<int>> chosen;     // n x (K): each row's experts, best first
@@ -97,15 +96,17 @@ struct Experts {
         for (int i = 0; i < c.experts; i++) experts.push_back(feed_forward_of(one_expert, rng));
         for (int j = 0; j < c.shared_experts; j++) shared.push_back(feed_forward_of(one_expert, rng));
     }
-    void list_parameters(const std::string& name, ParamList& list) {
+    std::unique_ptr<Layer> copy() const override { return std::make_unique<Experts>(*this); }
+    std::string kind(bool short_form) const override { return short_form ? "MoE" : "Experts"; }
+    void list_parameters(const std::string& name, ParamList& list) override {
         list.push_back({name + ".router.W", &router.W});
         for (std::size_t i = 0; i < experts.size(); i++)
-            experts[i].list_parameters(name + ".experts." + std::to_string(i), list);
+            experts[i]->list_parameters(name + ".experts." + std::to_string(i), list);
         for (std::size_t j = 0; j < shared.size(); j++)
-            shared[j].list_parameters(name + ".shared." + std::to_string(j), list);
+            shared[j]->list_parameters(name + ".shared." + std::to_string(j), list);
     }
 
-    Matrix forward(const Matrix& x) {
+    Matrix forward(const Matrix& x) override {
         const int n = x.rows, d = x.cols, E = int(experts.size());
         // The router: one score per expert per row.   scores (n, E)
         scores = router.forward(x);
@@ -131,14 +132,14 @@ struct Experts {
             Matrix x_i(n_i, d);
             for (int j = 0; j < n_i; j++)
                 for (int c = 0; c < d; c++) x_i.at(j, c) = x.at(rows_of[i][j], c);
-            expert_out[i] = experts[i].forward(x_i);  // (n_i, d_model)
+            expert_out[i] = experts[i]->forward(x_i);  // (n_i, d_model)
             for (int j = 0; j < n_i; j++) {
                 const int r = rows_of[i][j];
                 const double g = gate[r][slot_of[i][j]];
                 for (int c = 0; c < d; c++) out.at(r, c) += g * expert_out[i].at(j, c);
             }
         }
-        for (FeedForwardBlock& s : shared) accumulate(out, s.forward(x));  // every row, weight 1
+        for (Owned<Layer>& s : shared) accumulate(out, s->forward(x));  // every row, weight 1
         balance_forward();
         return out;
     }
@@ -154,11 +155,11 @@ struct Experts {
     //     experts, 0 at the others (the others' scores reach the loss only through the balance loss, below).
     //   The router: scores = x W_router, so d W_router += x^T d scores, and dx += d scores W_router^T.
     // x fed three paths (the experts, the shared experts, the router): its gradient is the sum of the three.
-    Matrix backward(const Matrix& d_out) {
+    Matrix backward(const Matrix& d_out) override {
         const int n = d_out.rows, d = d_out.cols, E = int(experts.size());
         Matrix dx(n, d);
         // forward: out += shared_j.forward(x)
-        for (FeedForwardBlock& s : shared) accumulate(dx, s.backward(d_out));
+        for (Owned<Layer>& s : shared) accumulate(dx, s->backward(d_out));
         // forward: out[r] += gate[r][k] * expert_out[i][j], for each row j of expert i's
         std::vector<std::vector<double>> d_gate(n, std::vector<double>(K, 0.0));
         for (int i = 0; i < E; i++) {
@@ -173,7 +174,7 @@ struct Experts {
                 }
             }
             // forward: expert_out[i] = experts[i].forward(x_i), x_i gathered from x: scatter its gradient back
-            Matrix dx_i = experts[i].backward(d_out_i);
+            Matrix dx_i = experts[i]->backward(d_out_i);
             for (int j = 0; j < n_i; j++)
                 for (int c = 0; c < d; c++) dx.at(rows_of[i][j], c) += dx_i.at(j, c);
         }
@@ -248,8 +249,8 @@ struct Experts {
 template <class Model>
 double balance_loss_of(const Model& model) {
     double total = 0.0;
-    auto add = [&](const FeedForwardBlock& f) {
-        if (const Experts* moe = std::get_if<Experts>(&f.block)) total += moe->balance_loss;
+    auto add = [&](const Owned<Layer>& f) {
+        if (const auto* moe = dynamic_cast<const Experts*>(f.get())) total += moe->balance_loss;
     };
     for (const auto& block : model.encoder) add(block.ffn);
     for (const auto& block : model.decoder) add(block.ffn);

@@ -104,9 +104,10 @@ TEST_CASE("gradient: experts, the router, the gate and the input, each kind of f
     for (const Case& k : cases) {
         const ModelConfig c = experts_config(k.act, 4, k.K, k.shared, k.balance);
         Rng rng(31);
-        FeedForwardBlock ffn = feed_forward_of(c, rng);
-        REQUIRE(std::holds_alternative<Experts>(ffn.block));
-        Experts& moe = std::get<Experts>(ffn.block);
+        Owned<Layer> built = feed_forward_of(c, rng);
+        REQUIRE(dynamic_cast<Experts*>(built.get()));
+        Layer& ffn = *built;
+        Experts& moe = dynamic_cast<Experts&>(ffn);
         ParamList params;
         ffn.list_parameters("ffn", params);
         jitter(params, rng, 0.1);
@@ -180,8 +181,9 @@ TEST_CASE("experts: an expert no row chose gets an exact zero gradient") {
     for (Activation act : {Activation::relu, Activation::swiglu}) {
         const ModelConfig c = experts_config(act, 4, 2, 1, 0.1);
         Rng rng(8);
-        FeedForwardBlock ffn = feed_forward_of(c, rng);
-        Experts& moe = std::get<Experts>(ffn.block);
+        Owned<Layer> built = feed_forward_of(c, rng);
+        Layer& ffn = *built;
+        Experts& moe = dynamic_cast<Experts&>(ffn);
         ParamList params;
         ffn.list_parameters("ffn", params);
         jitter(params, rng, 0.1);
@@ -222,14 +224,15 @@ TEST_CASE("experts: one expert kept of one is the dense feed-forward, bit for bi
         const ModelConfig c = experts_config(act, 1, 1, 0, 0.01);
         Rng rng(3);
         Experts moe(c, rng);
-        FeedForwardBlock dense = moe.experts[0];
+        Owned<Layer> copied = moe.experts[0];
+        Layer& dense = *copied;
         Matrix x = random_matrix(5, c.d_model, rng), G = random_matrix(5, c.d_model, rng);
         const Matrix y_moe = moe.forward(x), y_dense = dense.forward(x);
         CHECK(y_moe.data == y_dense.data);
         const Matrix dx_moe = moe.backward(G), dx_dense = dense.backward(G);
         CHECK(dx_moe.data == dx_dense.data);
         ParamList from_moe, from_dense;
-        moe.experts[0].list_parameters("f", from_moe);
+        moe.experts[0]->list_parameters("f", from_moe);
         dense.list_parameters("f", from_dense);
         REQUIRE(from_moe.size() == from_dense.size());
         for (std::size_t i = 0; i < from_moe.size(); i++)
@@ -248,7 +251,7 @@ TEST_CASE("experts: E = 0 leaves the model as it was") {
     ParamList pa = a.parameters(), pb = b.parameters();
     REQUIRE(pa.size() == pb.size());
     for (std::size_t i = 0; i < pa.size(); i++) CHECK(pa[i].second->value.data == pb[i].second->value.data);
-    for (DecoderBlock& block : b.decoder) CHECK(std::holds_alternative<FeedForward>(block.ffn.block));
+    for (DecoderBlock& block : b.decoder) CHECK(dynamic_cast<FeedForward*>(block.ffn.get()));
     const Transformer::Batch src = {{3, 1, 2, 5, 4}}, tgt = {{10, 1, 2, 3, 4}};
     CHECK(a.forward(src, tgt).data == b.forward(src, tgt).data);
 }
@@ -273,8 +276,8 @@ TEST_CASE("gradient: the whole model with experts and the balance loss") {
             return batch_loss(logits, batch, 0.0, unused).followed + balance_loss_of(model);
         };
         const Loss at_start = gradient_of(model, batch, 0.0);
-        for (DecoderBlock& block : model.decoder) REQUIRE(smallest_gap(std::get<Experts>(block.ffn.block)) > 1e-3);
-        for (EncoderBlock& block : model.encoder) REQUIRE(smallest_gap(std::get<Experts>(block.ffn.block)) > 1e-3);
+        for (DecoderBlock& block : model.decoder) REQUIRE(smallest_gap(dynamic_cast<Experts&>(*block.ffn)) > 1e-3);
+        for (EncoderBlock& block : model.encoder) REQUIRE(smallest_gap(dynamic_cast<Experts&>(*block.ffn)) > 1e-3);
         CHECK(at_start.balance > 0.0);
         CHECK(at_start.balance == balance_loss_of(model));
         check_gradients(arch == Arch::decoder_only ? "model with experts (decoder-only)" : "model with experts",

@@ -273,7 +273,7 @@ TEST_CASE("exercises: planted bugs in SwiGLU and in the decoder block are named"
                     ex::tensors_of(ex::params_of(block, "block"), {{"y", &y, &dy}, {"memory", &memory, &d_memory}}),
                     [&] { return block.forward(y, memory, causal, mask); },
                     [&](const Matrix& G) {
-                        Matrix dy2 = block.ffn_sub.backward(G, [&](const Matrix& d) { return block.ffn.backward(d); });
+                        Matrix dy2 = block.ffn_sub.backward(G, [&](const Matrix& d) { return block.ffn->backward(d); });
                         Matrix dy1 = block.cross_sub.backward(dy2, [&](const Matrix& d) {
                             Matrix d_queries(d.rows, d.cols), lost(5, 8);
                             block.cross_attn.backward(d, d_queries, lost);

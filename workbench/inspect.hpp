@@ -59,8 +59,8 @@ inline void inspect_experts(Transformer& model, const std::vector<Example>& held
     model.forward(in.sources, in.targets_in);
     const int vocab = model.config.vocab, E = model.config.experts;
     std::printf("\n--- inspect: the experts, over %zu held-out examples (teacher forcing) ---\n", in.sources.size());
-    auto show = [&](const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
-        const Experts& moe = std::get<Experts>(ffn.block);
+    auto show = [&](const std::string& name, const Owned<Layer>& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = dynamic_cast<Experts&>(*ffn);
         std::string load;
         for (int taken : moe.load()) load += fmt(" %5.1f%%", 100.0 * taken / (double(moe.K) * tokens.size()));
         std::printf("  %-10s load by expert:%s\n", name.c_str(), load.c_str());

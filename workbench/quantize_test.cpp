@@ -328,8 +328,8 @@ TEST_CASE("quantize: an experts model decodes as the float model of its dequanti
         std::vector<std::vector<std::vector<int>>> q_chosen;
         auto routes = [](Transformer& m) {
             std::vector<std::vector<std::vector<int>>> chosen;
-            for (EncoderBlock& b : m.encoder) chosen.push_back(std::get<Experts>(b.ffn.block).chosen);
-            for (DecoderBlock& b : m.decoder) chosen.push_back(std::get<Experts>(b.ffn.block).chosen);
+            for (EncoderBlock& b : m.encoder) chosen.push_back(dynamic_cast<Experts&>(*b.ffn).chosen);
+            for (DecoderBlock& b : m.decoder) chosen.push_back(dynamic_cast<Experts&>(*b.ffn).chosen);
             return chosen;
         };
         q_chosen = routes(quantized);

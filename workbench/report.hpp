@@ -152,8 +152,8 @@ inline std::string experts_html(Transformer& model, const std::vector<int>& sour
     std::string html = fmt("<p>Each token of the example (teacher forcing), the %d of %d experts its router chose in "
                            "each layer with their weights, best first; then the layer's load.</p>\n<table>\n",
                            c.top_k(), c.experts);
-    auto layer = [&](const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
-        const Experts& moe = std::get<Experts>(ffn.block);
+    auto layer = [&](const std::string& name, const Owned<Layer>& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = dynamic_cast<Experts&>(*ffn);
         const std::vector<std::string> names = token_names(tokens, c);
         html += "<tr><th>" + name + "</th>";
         for (std::size_t r = 0; r < tokens.size(); r++) {

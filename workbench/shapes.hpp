@@ -187,13 +187,13 @@ inline void trace_shapes(Transformer& model, const std::vector<Example>& batch) 
                 gated ? fmt(", d_h = 2 d_ff / 3 = %d", t["decoder.0.ffn.W_1"].cols).c_str() : "");
     if (lowers_scores_by_distance(c.positions))
         std::printf("ALiBi: head h's scores minus m_h |i - j|, m_h its slope\n\n");
-    const std::string norm = model.final_norm.short_kind();  // LN (LayerNorm), RMS (RMSNorm)
+    const std::string norm = model.final_norm->kind(true);  // LN (LayerNorm), RMS (RMSNorm)
     const bool before = norm_before_sublayer(c.norm_place);    // pre-norm: a sublayer reads LN(x)
     const std::string x_in = before ? norm + "(x)" : "x", y_in = before ? norm + "(y)" : "y";
     std::printf("  %-50s %-30s %s\n", "tensor", "legend", "this run");
     if (has_encoder(c.arch)) trace_encoder_decoder(model, t, n_seq, S, T, x_in, y_in);
     else trace_decoder_only(model, t, n_seq, S, T, y_in);
-    shape_line("final " + model.final_norm.kind(), "(n_seq T, d_model)",
+    shape_line("final " + model.final_norm->kind(false), "(n_seq T, d_model)",
                shape_text(n_seq * T, t["final_norm.gamma"].cols));
     if (!t.has("out.W")) {  // tied: the output projection is the embedding table, transposed
         const Matrix& table = t["embed.table"];
@@ -230,7 +230,7 @@ inline void print_params(Transformer& model) {
         std::size_t end = name.find('.', layered ? name.find('.') + 1 : 0);
         std::string block = name.substr(0, end), rest = name.substr(end + 1);
         std::string part = !layered                     ? rest
-                           : rest.rfind("norm", 0) == 0 ? model.final_norm.kind() + "s"
+                           : rest.rfind("norm", 0) == 0 ? model.final_norm->kind(false) + "s"
                                                         : rest.substr(0, rest.find('.'));
         long n = long(p->value.data.size());
         if (groups.empty() || groups.back().block != block) groups.push_back({block, 0, {}});

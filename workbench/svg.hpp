@@ -307,8 +307,8 @@ inline std::string experts_svg(Transformer& model, const std::vector<Example>& h
                                         "first choice is each expert;", 12, "start", "#555") +
                        svg_text(20, 60, "right: each expert's load, its share of all the choices; the red line is "
                                         "an even load (1 / E)", 12, "start", "#555");
-    auto layer = [&](int i, const std::string& name, const FeedForwardBlock& ffn, const std::vector<int>& tokens) {
-        const Experts& moe = std::get<Experts>(ffn.block);
+    auto layer = [&](int i, const std::string& name, const Owned<Layer>& ffn, const std::vector<int>& tokens) {
+        const Experts& moe = dynamic_cast<Experts&>(*ffn);
         const double top = 80 + i * panel_h;
         std::vector<std::vector<double>> firsts(vocab, std::vector<double>(E, 0.0));  // token v's rows, by first choice
         std::vector<int> rows(vocab, 0);

@@ -111,7 +111,7 @@ TEST_CASE("experts.svg: each layer's load and each token's first choices, as the
     // The model's last forward is experts_svg's: every block's load, as the bars' tips say it.
     int blocks = 0;
     for (const DecoderBlock& block : model.decoder) {
-        const Experts& moe = std::get<Experts>(block.ffn.block);
+        const Experts& moe = dynamic_cast<Experts&>(*block.ffn);
         const std::vector<int> load = moe.load();
         int choices = 0;
         for (int j = 0; j < 4; j++) {
