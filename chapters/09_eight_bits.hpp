@@ -158,13 +158,17 @@ inline Matrix quantized_product(const Matrix& X, const Quantized& Wt) {  // X (n
 struct QuantizedParts {
     std::map<std::string, std::shared_ptr<const Quantized>> integers;
 };
-// A Linear's product in integers: x W with W's integers, never its floats (their backward is the paper's, which a
-// quantized model never runs: an adapter's product, chapter 12, has its own).
+// A Linear's product in integers: forward, x W with W's integers, never its floats; backward, the float product's it
+// took the place of, on the values the integers stand for (the activations' rounding left out, as QLoRA leaves it: an
+// adapter over a quantized base trains through it, chapter 12; a quantized model alone never trains).
 struct IntegerProduct : Product {
     std::shared_ptr<const Quantized> Wt;
-    explicit IntegerProduct(std::shared_ptr<const Quantized> Wt) : Wt(std::move(Wt)) {}
+    Owned<Product> floats;  // x W as before (the paper's; the tied output's, x table^T)
+    IntegerProduct(std::shared_ptr<const Quantized> Wt, Owned<Product> floats)
+        : Wt(std::move(Wt)), floats(std::move(floats)) {}
     std::unique_ptr<Product> copy() const override { return std::make_unique<IntegerProduct>(*this); }
     Matrix forward(const Matrix& x, const Param&) override { return quantized_product_fast(x, *Wt); }
+    void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override { floats->backward(dy, x, W, dx); }
 };
 
 // Every Linear of a model with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the checkpoint's
@@ -214,6 +218,7 @@ template <class Model> void multiply_in_integers(Model& model) {
         if (found == model.integers.end()) return;
         Owned<Product>* product = &linear.product;
         while (Owned<Product>* inner = (*product)->beneath()) product = inner;
-        *product = std::make_unique<IntegerProduct>(found->second);
+        if (auto* integers = dynamic_cast<IntegerProduct*>(product->get())) integers->Wt = found->second;  // anew
+        else *product = std::make_unique<IntegerProduct>(found->second, std::move(*product));
     });
 }

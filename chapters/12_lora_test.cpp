@@ -143,7 +143,7 @@ TEST_CASE("gradient: an adapter over a quantized base (8 and 4 bits)") {
         Quantized Q = quantize(transpose(q.W.value), bits);
         q.W.value = transpose(dequantize(Q));  // as the checkpoint's reader keeps it
         pack_weights(Q);
-        q.product = std::make_unique<IntegerProduct>(std::make_shared<const Quantized>(std::move(Q)));
+        q.product = std::make_unique<IntegerProduct>(std::make_shared<const Quantized>(std::move(Q)), Owned<Product>());
         Adapter& lora = frozen(q);
         lora = Adapter(32, 8, 2, 2.0, rng);
         for (double& v : lora.B.value.data) v = rng.uniform(-1, 1);
