@@ -52,7 +52,7 @@ struct Product {
     virtual void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) {
         matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
     }
-    virtual Owned<Product>* beneath() { return nullptr; }  // the product this one wraps, if it wraps one
+    virtual Owned<Product>* beneath() { return nullptr; }  // the product an adapter (ch. 12) holds beneath it
 };
 // Tied embeddings (the paper, 3.4): the output projection multiplies by the embedding table, transposed (vocab rows).
 struct TransposedProduct : Product {
@@ -250,8 +250,8 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 
 // ---------------------------------------------------------------------------------------------
 // How each head attends: the paper's way is attention() above, on Q and K as projected. A later chapter derives a way
-// of its own (chapter 05: positions in attention, rotary and ALiBi; chapter 08: attention in tiles), and a model is
-// built with one (head_attention_of, chapter 08), so MultiHeadAttention below writes its loop over heads once.
+// of its own (05: rotary, ALiBi; 08: tiles), and a model is built with one (head_attention_of, chapter 08), so
+// MultiHeadAttention writes its loop over heads once. (Decoding, chapter 10, asks a way for ready and weights alone.)
 //   q (T, d_k), k and v (S, d_k): head h of sequence e; mask_e (T, S) that sequence's mask written out.
 struct HeadAttention {
     virtual ~HeadAttention() = default;
@@ -367,8 +367,8 @@ struct MultiHeadAttention {
 };
 
 // ---------------------------------------------------------------------------------------------
-// A layer with weights: the paper's norm is LayerNorm and its feed-forward FeedForward (below); later chapters add kinds
-// (04: RMSNorm, SwiGLU; 11: experts), one of each chosen when a model is built (norm_of, feed_forward_of).
+// A layer with weights: the paper's norm is LayerNorm and its feed-forward FeedForward (below); later chapters add
+// kinds (04: RMSNorm, SwiGLU; 11: experts), one of each chosen when a model is built (norm_of, feed_forward_of).
 struct Layer {
     virtual ~Layer() = default;
     virtual std::unique_ptr<Layer> copy() const = 0;

@@ -2,10 +2,11 @@
 //
 // Each choice is an enum with its names beside it. The paper's values come first (pre- or post-norm; sinusoidal,
 // learned or no positions; ReLU); each later chapter adds values: random, rotary and ALiBi positions (05), GELU and
-// SwiGLU (04), decoder-only (06), attention in tiles (08). The first part never tests a value: it asks a question,
-// answered here once by a switch that names every value, so the compiler asks each question of a new value
-// (-Wswitch). The program (workbench/) asks them too; those only it asks are in workbench/settings.hpp. Last, the
-// later chapters' own choices, each chapter's in a struct of its own, which ModelConfig (model.hpp) inherits.
+// SwiGLU (04), decoder-only (06), attention in tiles (08). The first part never tests a value with == or !=: it
+// switches over every value, or asks a question answered here once by such a switch, so the compiler asks each
+// question of a new value (-Wswitch). The program (workbench/) asks them too; those only it asks are in
+// workbench/settings.hpp. Then Owned, the pointer a first-part block holds a later chapter's way by; last, the later
+// chapters' own choices, each chapter's in a struct of its own, which ModelConfig (model.hpp) inherits.
 #pragma once
 
 #include <algorithm>
@@ -84,9 +85,11 @@ inline bool draws_position_ids(Positions positions) {
     return false;  // not reached
 }
 
-// How a block of the first part takes a later chapter's way of working (how heads attend, how a Linear multiplies):
+// How a block of the first part takes a later chapter's way of working (how heads attend, how a Linear multiplies, a
+// layer's kind):
 // it holds the paper's way through this pointer, which copies what it points to when it is copied (each copy of a
-// model owns its ways), and a chapter's way derives from the paper's and takes its place when the model is built.
+// model owns its ways), and a chapter's way derives from the paper's and takes its place when the model is built,
+// loaded, quantized or fine-tuned.
 template <typename T>
 struct Owned {
     std::unique_ptr<T> p = paper();  // (an abstract T, a Layer, has no way of its own: the model gives it one)

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cmath>
-#include <variant>
 #include <vector>
 
 #include "../model.hpp"  // DecoderBlock, Mask, MASKED (this file is read where model.hpp includes it)

@@ -276,7 +276,7 @@ struct InTiles : PositionsInAttention {
         return tiled ? Matrix() : mask.of_sequence(e, T, S);  // in tiles, none: the rule is asked tile by tile
     }
     // Head h of sequence e's dropout: its weights' draws numbered from ((e n_heads + h) T) S on.
-    TileDropout dropout(int e, int h, int T, int S) const {
+    TileDropout dropout_of(int e, int h, int T, int S) const {
         return {p, seed, (uint64_t(e) * n_heads + h) * uint64_t(T) * uint64_t(S), S};
     }
     Matrix attend(Matrix q, Matrix k, Matrix v, const Matrix& mask_e, int e, int h, SavedAttention& saved,
@@ -286,13 +286,13 @@ struct InTiles : PositionsInAttention {
                                                 attn_dropout, dropout_draws);
         const int T = q.rows, S = k.rows;
         return flash_attention(std::move(q), std::move(k), std::move(v), seen, e, saved,
-                               kept[std::size_t(e) * n_heads + h], dropout(e, h, T, S), slope(h));
+                               kept[std::size_t(e) * n_heads + h], dropout_of(e, h, T, S), slope(h));
     }
     void attend_backward(const Matrix& dO, const SavedAttention& saved, int e, int h, Matrix& dQ, Matrix& dK,
                          Matrix& dV) const override {
         if (!tiled) return PositionsInAttention::attend_backward(dO, saved, e, h, dQ, dK, dV);
         flash_attention_backward(dO, saved, kept[std::size_t(e) * n_heads + h], seen, e,
-                                 dropout(e, h, saved.Q.rows, saved.K.rows), slope(h), dQ, dK, dV);
+                                 dropout_of(e, h, saved.Q.rows, saved.K.rows), slope(h), dQ, dK, dV);
     }
 };
 

@@ -27,7 +27,7 @@ struct Quantized {
     std::vector<int8_t> q;       // (rows, cols), row by row
     std::vector<double> scales;  // (rows, cols / group): row j's groups, in order, each a float32's value
     std::vector<int16_t> packed_q;      // engine only: q and scales laid out for engine/integers.hpp's product (its
-    std::vector<double> packed_scales;  // pack_weights, again after q changes; empty: laid out at each call)
+    std::vector<double> packed_scales;  // pack_weights, once q is made or read; empty: laid out at each call)
     int groups() const { return cols / group; }
 };
 

@@ -12,9 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "../model.hpp"  // Linear, Product (this file is read where model.hpp includes it)
@@ -40,7 +38,7 @@
 // ---------------------------------------------------------------------------------------------
 // The adapter of one Linear.   x (n, d_in), h (n, R), A (d_in, R), B (R, d_out).
 struct Adapter {
-    Param A, B;      // empty (0 x 0) when off: the Linear is the first part's
+    Param A, B;      // empty (0 x 0) when off: the frozen W alone
     double s = 0.0;  // alpha / R
     Matrix h;        // saved (n, R): x A
     bool on() const { return !A.value.empty(); }
@@ -85,8 +83,10 @@ struct Adapted : Product {
         Matrix y = base->forward(x, W);
         return lora.on() ? lora.forward(x, std::move(y)) : y;  // + s (x A) B
     }
+    // dx through the frozen W and the adapter; dA, dB +=. (Not base's backward: W's gradient was freed. The base is
+    // x W, in floats or integers: an adapter never sits on the tied output projection, x table^T.)
     void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override {
-        lora.backward(dy, x, W.value, dx);  // dx through the frozen W and the adapter; dA, dB +=
+        lora.backward(dy, x, W.value, dx);
     }
     Owned<Product>* beneath() override { return &base; }
 };
@@ -186,8 +186,9 @@ template <class Model> ParamList parameters_and_adapters(Model& model) {
     list.insert(list.end(), adapters.begin(), adapters.end());
     return list;
 }
-// Merge every adapter into its W (W + s A B) and take it off: the model is a plain float model again, which saves,
-// loads and runs with no flag. A quantized base's W is its dequantized values: the merged model is float64.
+// Merge every adapter into its W (W + s A B) and take it off: W trains again, and the model saves, loads and runs with
+// no flag. A quantized base's merged W is its dequantized values plus s A B, in float64 (workbench/lora.hpp
+// quantizes those again, merged_copy); its Linears without an adapter keep their integers.
 template <class Model> void merge_adapters(Model& model) {
     each_adaptable<Model, Linear>(model, LoraOn::all, [&](const std::string& name, Linear& linear) {
         linear.W.grad = Matrix(linear.W.value.rows, linear.W.value.cols);  // trainable again

@@ -12,7 +12,7 @@
 //   options      parse_options: a command line (the input's words, split at NUL or newline)
 //   pictures     a model read from a checkpoint, then every picture drawn from it: the terminal
 //                heatmaps, --trace-shapes, --params and the SVG documents (weights may be huge); a quantized
-//                model decodes in integers (engine/kernels.hpp), its scales and whole numbers fuzzed
+//                model decodes in integers (engine/integers.hpp), its scales and whole numbers fuzzed
 #include "../workbench/checkpoint.hpp"  // read_checkpoint
 #include "../workbench/files.hpp"       // read_train_data
 #include "../workbench/inspect.hpp"     // trace_shapes, print_params

@@ -7,7 +7,8 @@ autograd, not our hand-written backward, computes the gradients. If both agree t
 Fine-tuning with LoRA (chapter 12) is checked over three Adam steps, with this file's own adapters,
 on float and quantized bases (the integer product of chapter 09, QuantizedProduct below).
 
-Read it beside model.hpp: every class below mirrors one C++ struct and keeps its name. The
+Read it beside model.hpp: each block below mirrors one C++ struct and keeps its name (the C++ ways a
+chapter plugs in, Product and HeadAttention, are branches here: a Linear's quantized and adapter terms). The
 twin works on a whole batch at once, so most tensors carry a leading batch axis B.
 
 Legend: B batch, T target length, S source length, d_model token width, n_heads heads,

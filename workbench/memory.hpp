@@ -48,8 +48,8 @@ struct StepMemory {
 };
 
 // Counted from the blocks' own fields (model.hpp): for n rows of width d, a sublayer's norm keeps x_hat; each Linear
-// keeps its input; attention keeps each head's Q, K and V (in tiles, its output O and a number L a row too); the
-// feed-forward its hidden matrices; dropout its factors. A backward at work holds about twelve (n, d) gradients and
+// keeps its input; attention keeps each head's Q, K and V (in tiles, chapter 08's SavedTiles too: its output O and a
+// number a row); the feed-forward its hidden matrices; dropout its factors. A backward at work holds about twelve (n, d) gradients and
 // four of the feed-forward's width. Plain attention keeps every head's weights P, batch x heads x T x S values a layer
 // (three times that with attention dropout), and each thread attending a sequence makes four (T, S) matrices at a
 // time (the scores, the mask; in the backward dP and d_scores); in tiles, a thread holds a head's K and V turned, its

@@ -34,7 +34,7 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
             // backward makes it.
             const int T = head.Q.rows, S = head.K.rows, e = int(k) / attn.n_heads, h = int(k) % attn.n_heads;
             Matrix keep(T, S);
-            const TileDropout dropped = tiles->dropout(e, h, T, S);
+            const TileDropout dropped = tiles->dropout_of(e, h, T, S);
             for (int i = 0; i < T; i++)
                 for (int j = 0; j < S; j++) keep.at(i, j) = dropped.factor(i, j);
             keeps.push_back(keep);
