@@ -77,14 +77,19 @@ inline bool learns_positions(Positions positions) {
     return false;  // not reached
 }
 // The feed-forward's matrices of a product (ReLU's and GELU's W_1 and W_2; SwiGLU's W_1, W_2 and W_3) and their hidden
-// width (d_ff; SwiGLU's 2 d_ff / 3): its parameters, and what it keeps for its backward (workbench/memory.hpp).
+// width (d_ff; SwiGLU's 2 d_ff / 3): its parameters, and what it keeps for its backward (workbench/memory.hpp). Read
+// off one of the model's own kind, built 1 wide (feed_forward_of), so a new kind needs no line here.
 struct FeedForwardShape { int matrices, width; };
 inline FeedForwardShape feed_forward_shape(const ModelConfig& c) {
-    switch (c.activation) {
-    case Activation::relu: case Activation::gelu: return {2, c.d_ff};
-    case Activation::swiglu: return {3, SwiGLU::width(c.d_ff)};
-    }
-    return {2, c.d_ff};  // not reached
+    ModelConfig one = c;
+    one.d_model = 1, one.experts = 0;  // one feed-forward: W_1 (1, width), W_2 (width, 1), ...
+    Rng unused(1);
+    ParamList params;
+    feed_forward_of(one, unused)->list_parameters("ffn", params);
+    FeedForwardShape shape{0, 0};
+    for (auto& [name, p] : params)
+        if (name.rfind("ffn.W_", 0) == 0) shape.matrices++, shape.width = int(p->value.data.size());
+    return shape;
 }
 
 // The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each
