@@ -1335,24 +1335,6 @@ TEST_CASE("attention in tiles: equal to plain attention on O, L, dQ, dK, dV, eve
     CHECK(cases == 7 * 8 + 4 * 5);
 }
 
-// The rule asked tile by tile: a tile wholly after its queries (causal) or wholly of PAD keys is skipped, and is
-// never skipped when a row of its queries sees nothing (that row's equal weights need every key).
-TEST_CASE("attention in tiles: which tiles a mask hides") {
-    Mask causal(true, {});
-    CHECK(tile_sight(causal, 0, 200, 0, 32, 64, 128) == TileSight::none);  // keys 64.. after queries ..31
-    CHECK(tile_sight(causal, 0, 200, 64, 96, 0, 64) == TileSight::all);    // keys ..63 before queries 64..
-    CHECK(tile_sight(causal, 0, 200, 32, 64, 0, 64) == TileSight::some);   // the diagonal
-    std::vector<int> source(70, 3);
-    for (int j = 64; j < 70; j++) source[j] = PAD;
-    Mask pads(false, {source});
-    CHECK(tile_sight(pads, 0, 5, 0, 5, 64, 70) == TileSight::none);
-    CHECK(tile_sight(pads, 0, 5, 0, 5, 0, 64) == TileSight::all);
-    CHECK(rows_seeing_nothing(pads, 0, 5, 70, 0, 5) == std::vector<char>(5, 0));
-    Matrix written(2, 3, 1.0);
-    written.at(1, 0) = written.at(1, 1) = written.at(1, 2) = 0.0;
-    CHECK(rows_seeing_nothing(Mask(written), 0, 2, 3, 0, 2) == std::vector<char>{0, 1});
-}
-
 // Multi-head attention in tiles against plain, two sequences stacked, the masks as the model gives them (rules):
 // its output, the gradient of its inputs and of W_q, W_k, W_v, W_o, with grouped-query heads (a group's heads
 // summing into one dK, dV), rotary positions and ALiBi, causal self-attention with PAD keys and cross-attention.
