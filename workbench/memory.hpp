@@ -27,8 +27,9 @@ constexpr double ALLOCATOR_SLACK = 1.05;
 inline double parameter_values(const ModelConfig& c) {
     const double d = c.d_model, d_kv = double(c.key_value_heads()) * (c.d_model / c.n_heads), bias = !c.no_bias;
     const FeedForwardShape ff = feed_forward_shape(c);
-    ParamList norm_params;  // gamma (and LayerNorm's beta): read off a norm of the model's kind
-    norm_of(c)->list_parameters("norm", norm_params);
+    const Owned<Layer> one_norm = norm_of(c);  // gamma (and LayerNorm's beta): read off a norm of the model's kind
+    ParamList norm_params;
+    one_norm->list_parameters("norm", norm_params);
     double norm = 0.0;
     for (auto& [name, p] : norm_params) norm += double(p->value.data.size());
     const double attention = 2 * d * d + 2 * d * d_kv;                           // W_q, W_o; W_k, W_v

@@ -84,8 +84,9 @@ inline FeedForwardShape feed_forward_shape(const ModelConfig& c) {
     ModelConfig one = c;
     one.d_model = 1, one.experts = 0;  // one feed-forward: W_1 (1, width), W_2 (width, 1), ...
     Rng unused(1);
+    const Owned<Layer> ffn = feed_forward_of(one, unused);  // kept while its parameters are read
     ParamList params;
-    feed_forward_of(one, unused)->list_parameters("ffn", params);
+    ffn->list_parameters("ffn", params);
     FeedForwardShape shape{0, 0};
     for (auto& [name, p] : params)
         if (name.rfind("ffn.W_", 0) == 0) shape.matrices++, shape.width = int(p->value.data.size());
