@@ -52,7 +52,6 @@ struct Product {
     virtual void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) {
         matmul_backward_fast(dy, x, W.value, dx, W.grad);  // matmul_backward: dx += dy W^T, dW += x^T dy
     }
-    virtual Owned<Product>* beneath() { return nullptr; }  // the product an adapter (ch. 12) holds beneath it
 };
 // Tied embeddings (the paper, 3.4): the output projection multiplies by the embedding table, transposed (vocab rows).
 struct TransposedProduct : Product {

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "train.hpp"  // and, through it, model.hpp and matrix.hpp: the tutorial
+#include "chapters/10_decoding.hpp"  // and, through it, train.hpp, model.hpp and matrix.hpp: the tutorial
 
 // One step of plain SGD on a given batch (SGD keeps nothing between steps): what most tests train with.
 inline double sgd_step(Transformer& model, const std::vector<Example>& batch, double lr) {

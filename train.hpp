@@ -220,8 +220,7 @@ inline double scheduled_lr(Schedule schedule, double lr, long t, long total, lon
 // A batch's loss: the mean over its n_seq examples of cross_entropy, example e owning rows e*T .. of the logits
 // (n_seq T, vocab); d_logits (caller-zeroed) gets its gradient. `plain` is the cross-entropy the table prints; with
 // label smoothing, `followed` is the smoothed loss whose gradient training follows (without, the two are one).
-// `balance` is the experts' balance loss (chapter 11), a term training follows too, reported apart; 0 without experts.
-struct Loss { double plain = 0.0, followed = 0.0, balance = 0.0; };
+struct Loss { double plain = 0.0, followed = 0.0; };
 inline Loss batch_loss(const Matrix& logits, const std::vector<Example>& batch, double label_smoothing,
                        Matrix& d_logits) {
     Loss loss;
@@ -260,7 +259,6 @@ inline Loss gradient_of(Transformer& model, const std::vector<Example>& batch, d
     model.train(false);
     Matrix d_logits(logits.rows, logits.cols);
     Loss loss = batch_loss(logits, batch, label_smoothing, d_logits);
-    loss.balance = balance_loss_of(model);  // with experts: their term, whose gradient backward adds
     model.backward(d_logits);  // += into every grad
     return loss;
 }
@@ -278,33 +276,28 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
     return loss.plain;
 }
 
-#include "chapters/10_decoding.hpp"  // the decoding cache (DecodingCache, start_decoding, newest_logits)
-
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: read the sources once, then grow each output one token at a time by the argmax of the last
-// position's logits, from the START token that teacher forcing used. An output ends at its first PAD: every later
-// position is PAD too, as in every target. START is an input, never an output, so the argmax runs over PAD and the
-// digits. Each step feeds only the newest tokens, against the earlier keys and values kept (the cache, chapter 10):
-// the same bits as running the whole prefix again. greedy_next: every sequence's next token (`newest` holds its last
-// and becomes the chosen one); a function of its own so that --inspect can read each position's maps.
-inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
-    Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
-    const int start = start_token(model.config.vocab);
-    for (std::size_t e = 0; e < newest.size(); e++) {
-        if (newest[e][0] == PAD) continue;  // ended: PAD again
-        int best = 0;
-        for (int v = 1; v < logits.cols; v++)
-            if (v != start && logits.at(int(e), v) > logits.at(int(e), best)) best = v;
-        newest[e][0] = best;
-    }
-}
+// Greedy decoding: grow each output one token at a time, from the START token teacher forcing used, by the argmax of
+// its newest position's logits. Each step runs the model on the decoder input of training, START and the output so
+// far, filled out with PAD to `length`: the causal mask hides every later position from position t, so its logits
+// are its prefix's. An output ends at its first PAD: every later position is PAD too, as in every target. START is an
+// input, never an output, so the argmax runs over PAD and the digits. (Chapter 10 runs only the newest token a step,
+// against the keys and values it kept: the same bits, without the prefix run again. The program decodes that way.)
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources, int length) {
-    DecodingCache cache = start_decoding(model, sources);
-    Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});  // each sequence's last token
+    const int start = start_token(model.config.vocab);
+    Transformer::Batch in(sources.size(), std::vector<int>(length, PAD));  // n_seq x (length), the decoder input
     std::vector<std::vector<int>> decoded(sources.size());
+    for (std::vector<int>& input : in) input[0] = start;
     for (int t = 0; t < length; t++) {
-        greedy_next(model, cache, newest);
-        for (std::size_t e = 0; e < decoded.size(); e++) decoded[e].push_back(newest[e][0]);
+        const Matrix logits = model.forward(sources, in);  // (n_seq length, vocab): row e length + t is new
+        for (std::size_t e = 0; e < in.size(); e++) {
+            int best = PAD;  // an ended output: PAD again
+            if (t == 0 || decoded[e].back() != PAD)
+                for (int v = 1, row = int(e) * length + t; v < logits.cols; v++)
+                    if (v != start && logits.at(row, v) > logits.at(row, best)) best = v;
+            decoded[e].push_back(best);
+            if (t + 1 < length) in[e][t + 1] = best;
+        }
     }
     return decoded;
 }

@@ -171,6 +171,12 @@ struct IntegerProduct : Product {
     void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override { floats->backward(dy, x, W, dx); }
 };
 
+// A product laid over the one a Linear had, which it keeps beneath it (chapter 12's adapter): a quantized model's
+// integers go beneath, into the product that multiplies by W.
+struct ProductOver : Product {
+    Owned<Product> base;  // the product it was laid over
+};
+
 // Every Linear of a model with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the checkpoint's
 // order: attention's W_q W_k W_v W_o, a feed-forward's W_1 W_2 (SwiGLU's W_3; with experts, chapter 11, the router,
 // then each expert's and shared expert's), and out.W (tied embeddings: W empty, the table's product). A template:
@@ -217,7 +223,7 @@ template <class Model> void multiply_in_integers(Model& model) {
         const auto found = model.integers.find(of);
         if (found == model.integers.end()) return;
         Owned<Product>* product = &linear.product;
-        while (Owned<Product>* inner = (*product)->beneath()) product = inner;
+        while (auto* over = dynamic_cast<ProductOver*>(product->get())) product = &over->base;
         if (auto* integers = dynamic_cast<IntegerProduct*>(product->get())) integers->Wt = found->second;  // anew
         else *product = std::make_unique<IntegerProduct>(found->second, std::move(*product));
     });

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "../model.hpp"
+#include "../train.hpp"  // greedy_decode, which this chapter's greedy_decode_cached equals, faster
 
 // The masks written out, as decoding (and the tests) take them, 1 = may attend: the causal mask (T, T), and the padding
 // mask (n_seq T, S), each source's T rows stacked (the rule Mask says, model.hpp, written out).
@@ -161,4 +161,31 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
         y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
     cache.position++;
     return model.output(model.final_norm->forward(y));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Greedy decoding with the cache (train.hpp's greedy_decode, each step one row; the program's): read the sources
+// once, then feed each sequence's newest token alone. greedy_next: every sequence's next token (`newest` holds its
+// last and becomes the chosen one); a function of its own so that --inspect can read each position's maps.
+inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
+    Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
+    const int start = start_token(model.config.vocab);
+    for (std::size_t e = 0; e < newest.size(); e++) {
+        if (newest[e][0] == PAD) continue;  // ended: PAD again
+        int best = 0;
+        for (int v = 1; v < logits.cols; v++)
+            if (v != start && logits.at(int(e), v) > logits.at(int(e), best)) best = v;
+        newest[e][0] = best;
+    }
+}
+inline std::vector<std::vector<int>> greedy_decode_cached(Transformer& model, const Transformer::Batch& sources,
+                                                          int length) {
+    DecodingCache cache = start_decoding(model, sources);
+    Transformer::Batch newest(sources.size(), {start_token(model.config.vocab)});  // each sequence's last token
+    std::vector<std::vector<int>> decoded(sources.size());
+    for (int t = 0; t < length; t++) {
+        greedy_next(model, cache, newest);
+        for (std::size_t e = 0; e < decoded.size(); e++) decoded[e].push_back(newest[e][0]);
+    }
+    return decoded;
 }

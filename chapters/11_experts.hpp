@@ -6,7 +6,8 @@
 // experts every token goes through (DeepSeekMoE, Dai et al. 2024), and --balance A, the Switch Transformer's load
 // balancing loss (Fedus, Zoph & Shazeer 2021). What it changes in the first part: Experts is a Layer (model.hpp) a
 // block may hold as its feed-forward, and feed_forward_of builds one when E > 0, each expert by itself; with E = 0
-// (the default) nothing changes, not one bit. train.hpp's gradient_of reports the balance loss apart.
+// (the default) nothing changes, not one bit. The training table reports the balance loss apart
+// (balance_loss_of, below).
 #pragma once
 
 #include <memory>
@@ -243,7 +244,7 @@ struct Experts : Layer {
     }
 };
 
-// The balance loss of a whole model (train.hpp's gradient_of, the training table): the sum of every block's from the
+// The balance loss of a whole model (the training table's column): the sum of every block's from the
 // last forward; 0 without experts. Each block's backward adds its gradient itself. (A template: the Transformer is
 // defined after this chapter, where model.hpp includes it.)
 template <class Model>

@@ -75,8 +75,7 @@ struct Adapter {
 // A fine-tuned Linear's product: the product it had (a quantized base's integers too, chapter 09), W frozen, and its
 // adapter beside it (off: the frozen W alone, as every matrix of attention and of the feed-forward is when any is
 // adapted).
-struct Adapted : Product {
-    Owned<Product> base;
+struct Adapted : ProductOver {  // its base: the product it had
     Adapter lora;
     std::unique_ptr<Product> copy() const override { return std::make_unique<Adapted>(*this); }
     Matrix forward(const Matrix& x, const Param& W) override {
@@ -88,7 +87,6 @@ struct Adapted : Product {
     void backward(const Matrix& dy, const Matrix& x, Param& W, Matrix& dx) override {
         lora.backward(dy, x, W.value, dx);
     }
-    Owned<Product>* beneath() override { return &base; }
 };
 // A Linear frozen, its product Adapted (once): its adapter, off until given a rank. Its W's gradient buffer is freed.
 inline Adapter& frozen(Linear& linear) {

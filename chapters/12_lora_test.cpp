@@ -154,7 +154,7 @@ TEST_CASE("gradient: an adapter over a quantized base (8 and 4 bits)") {
             accumulate(unused, q.backward(G));
         });
         Linear f = q;  // the same weights in float64: its backward is the definition
-        *f.product->beneath() = Owned<Product>();  // the paper's product beneath the adapter
+        dynamic_cast<Adapted&>(*f.product).base = Owned<Product>();  // the paper's product beneath the adapter
         f.forward(x);
         const Matrix dx_float = f.backward(G);
         q.forward(x);

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "../train.hpp"  // the whole model, for the bits on any count
+#include "../chapters/10_decoding.hpp"  // the model, and decoding as the program runs it: the bits on any count
 #include "threads.hpp"
 
 // A part that throws (out of memory, say) must not end the program from a worker, nor leave the others
@@ -147,7 +147,7 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
             for (auto& [name, param] : model.parameters()) r.values.push_back(param->value);
             for (const std::vector<Matrix>* means : {&state.optimizer.m, &state.optimizer.s})
                 r.moments.insert(r.moments.end(), means->begin(), means->end());
-            r.out = greedy_decode(model, held.sources, d.seq_len);
+            r.out = greedy_decode_cached(model, held.sources, d.seq_len);
             return r;
         };
         const Run one = run(1);

@@ -78,7 +78,7 @@ void fuzz_pictures(const std::string& input) {
     Transformer model = checkpoint_from(in, "--load fuzz", data);
     Rng rng(1);
     Example e = make_example(random_digits(rng, data), data);
-    std::vector<int> output = greedy_decode(model, {e.source}, data.seq_len)[0];
+    std::vector<int> output = greedy_decode_cached(model, {e.source}, data.seq_len)[0];
     std::vector<AttentionMap> maps = attention_maps(model, e.source, output);
     print_attention(maps, true);
     print_positions(model, true);

@@ -12,7 +12,7 @@
 // The hypotheses run side by side in one decoding cache (model.hpp), which follows each kept one's parent.
 #pragma once
 
-#include "../train.hpp"
+#include "../chapters/10_decoding.hpp"  // the decoding cache, and the model
 
 struct DecodeConfig {
     int beam = 1;                 // K; 1 is greedy decoding
@@ -107,7 +107,7 @@ inline std::vector<std::vector<Hypothesis>> beam_search(Transformer& model, cons
 // The best output of each source: greedy decoding, or with a beam the best-scoring hypothesis.
 inline std::vector<std::vector<int>> decode_outputs(Transformer& model, const Transformer::Batch& sources, int length,
                                                     const DecodeConfig& how) {
-    if (how.beam == 1) return greedy_decode(model, sources, length);
+    if (how.beam == 1) return greedy_decode_cached(model, sources, length);
     std::vector<std::vector<int>> best;
     for (std::vector<Hypothesis>& found : beam_search(model, sources, length, how.beam, how.length_penalty))
         best.push_back(found[0].tokens);

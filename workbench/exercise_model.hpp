@@ -132,27 +132,6 @@ constexpr int HELD_OUT_CHECKED = 200;
 constexpr double TRAINING_PASSES = 0.5;  // exact-match at least this: the answers reach 71.5% (dropout), 90.5% to
                                          // 99.5% otherwise; exercise 9's bug 7 8.5% (after 600 steps)
 struct Training { double loss = 0.0, exact = 0.0; };
-// Greedy decoding as train.hpp's greedy_decode chooses (the argmax over PAD and the digits, never START; after a PAD,
-// PAD), each step by the whole forward on the tokens so far: the same tokens (its decoding cache is a speed-up, and
-// gives the same bits; the test beside exercise_grade.hpp compares), without the cache's code to build, a seventh of
-// the check's build.
-inline std::vector<std::vector<int>> decoded_greedily(Transformer& model, const Transformer::Batch& sources,
-                                                      int length) {
-    const int start = start_token(model.config.vocab);
-    Transformer::Batch in(sources.size(), {start});
-    std::vector<std::vector<int>> decoded(sources.size());
-    for (int t = 0; t < length; t++) {
-        const Matrix logits = model.forward(sources, in);  // (n_seq (t + 1), vocab): the last row of each is new
-        for (std::size_t e = 0; e < in.size(); e++) {
-            int best = PAD;
-            if (decoded[e].empty() || decoded[e].back() != PAD)
-                for (int v = 1, row = int(e) * (t + 1) + t; v < logits.cols; v++)
-                    if (v != start && logits.at(row, v) > logits.at(row, best)) best = v;
-            decoded[e].push_back(best), in[e].push_back(best);
-        }
-    }
-    return decoded;
-}
 inline Training train_briefly(const Exercise& e) {
     DataConfig d;
     ModelConfig m = fit_to_data(ModelConfig(), d);
@@ -167,7 +146,7 @@ inline Training train_briefly(const Exercise& e) {
     for (long step = 1; step <= t.steps && std::isfinite(result.loss); step++)
         result.loss = train_step(model, data, t, state, t.steps);
     const Inputs held_out = inputs_of(data.held_out, 0, data.held_out.size());
-    const std::vector<std::vector<int>> outputs = decoded_greedily(model, held_out.sources, d.seq_len);
+    const std::vector<std::vector<int>> outputs = greedy_decode(model, held_out.sources, d.seq_len);
     for (std::size_t k = 0; k < outputs.size(); k++) result.exact += outputs[k] == data.held_out[k].target;
     result.exact /= double(outputs.size());
     return result;

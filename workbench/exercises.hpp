@@ -27,7 +27,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "../train.hpp"
+#include "../chapters/10_decoding.hpp"  // the tutorial, and the masks written out (causal_mask, padding_mask)
 #include "text.hpp"
 
 namespace exercises {  // its names (Tensor, jitter, ...) are tests.cpp's too, which is linked beside it
