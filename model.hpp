@@ -274,28 +274,28 @@ struct HeadAttention {
                                  Matrix& dK, Matrix& dV) const {
         attention_backward(dO, kept, dQ, dK, dV);
     }
+    virtual int key_head(int h) const { return h; }  // the head of K and V that query head h reads: its own
 };
-#include "chapters/05_positions.hpp"           // positions in attention: PositionsInAttention
-#include "chapters/08_attention_in_tiles.hpp"  // attention in tiles, InTiles; head_attention_of picks the way
+// How a model's heads attend, chosen once as it is built: the paper's (HeadAttention), or a later chapter's (chapter 08,
+// which comes after them all, defines it).
+std::unique_ptr<HeadAttention> head_attention_of(const ModelConfig& c, bool self_attention);
 
 // ---------------------------------------------------------------------------------------------
 // Multi-head attention: project x_q to Q and x_kv to K and V, attend in n_heads slices of d_k columns, join the slices,
 // project with W_o. x_q (n_seq T, d_model), x_kv (n_seq S, d_model), mask (n_seq T, S), output (n_seq T, d_model).
 // Self-attention: x_q = x_kv; cross-attention: x_q from the decoder, x_kv the encoder's output (the "memory").
-// Grouped-query attention (--kv-heads N; Ainslie et al. 2023): K and V have N heads, each shared by n_heads / N query
-// heads, so W_k and W_v, and the decoding cache, are N / n_heads the size (the paper: N = n_heads).
 struct MultiHeadAttention {
-    int n_heads = 1, kv_heads = 1, d_k = 1;  // kv_heads: K and V's heads, dividing n_heads
+    int n_heads = 1, d_k = 1;
     double attn_dropout = 0.0;          // P_drop of the attention weights' dropout, in training
     Rng* dropout_draws = nullptr;       // in training the model's dropout stream (Transformer::train), else nullptr
-    Linear W_q, W_k, W_v, W_o;          // W_q, W_o (d_model, d_model); W_k, W_v (d_model, kv_heads d_k); no bias
+    Linear W_q, W_k, W_v, W_o;          // (d_model, d_model) each, no bias (W_k, W_v narrower: chapter 04's GQA)
     std::vector<SavedAttention> saved;  // sequence e's head h at [e * n_heads + h]; its P is the map
     Owned<HeadAttention> heads;         // how each head attends: the paper's, unless the model was built otherwise
     MultiHeadAttention() = default;
     MultiHeadAttention(const ModelConfig& c, Rng& rng, bool self_attention = false)
-        : n_heads(c.n_heads), kv_heads(c.key_value_heads()), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
-          W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, kv_heads * d_k, false, rng),
-          W_v(c.d_model, kv_heads * d_k, false, rng), W_o(c.d_model, c.d_model, false, rng),
+        : n_heads(c.n_heads), d_k(c.d_model / c.n_heads), attn_dropout(c.attn_dropout),
+          W_q(c.d_model, c.d_model, false, rng), W_k(c.d_model, key_value_width(c), false, rng),
+          W_v(c.d_model, key_value_width(c), false, rng), W_o(c.d_model, c.d_model, false, rng),
           heads(head_attention_of(c, self_attention)) {}
     void list_parameters(const std::string& name, ParamList& list) {  // the four have no bias
         for (auto [linear, suffix] : {std::pair{&W_q, ".W_q"}, {&W_k, ".W_k"}, {&W_v, ".W_v"}, {&W_o, ".W_o"}})
@@ -306,18 +306,18 @@ struct MultiHeadAttention {
         return attend(heads->ready(W_q.forward(x_q), x_q.rows / n_seq, 0),
                       heads->ready(W_k.forward(x_kv), x_kv.rows / n_seq, 0), W_v.forward(x_kv), mask, n_seq);
     }
-    // Q (n_seq T, d_model), K and V (n_seq S, kv_heads d_k) -> every head, joined, projected by W_o (decoding: ch. 10).
+    // Q, K and V (n_seq T or S, d_model) -> every head, joined, projected by W_o (decoding: chapter 10).
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-        int T = Q.rows / n_seq, S = K.rows / n_seq, kv_mul = n_heads / kv_heads;  // query heads a K, V head reads
+        int T = Q.rows / n_seq, S = K.rows / n_seq;
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
-        // attention dropout in turn, since its masks are drawn in order. (Not heads: kv_mul of them share one K, V.)
+        // attention dropout in turn, since its masks are drawn in order. (Not heads, which may share a K and V head.)
         const bool in_turn = heads->start(mask, n_seq, attn_dropout, dropout_draws);
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             Matrix mask_e = heads->sequence_mask(mask, e, T, S);  // (T, S)
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k, kv_col = h / kv_mul * d_k;  // head h owns columns col ..; its K and V, kv_col ..
+                int col = h * d_k, kv_col = heads->key_head(h) * d_k;  // head h owns columns col ..; its K, V kv_col ..
                 Matrix q = take_block(Q, e * T, T, col, d_k), k = take_block(K, e * S, S, kv_col, d_k),
                        v = take_block(V, e * S, S, kv_col, d_k);
                 Matrix O_h = heads->attend(std::move(q), std::move(k), std::move(v), mask_e, e, h,
@@ -331,18 +331,17 @@ struct MultiHeadAttention {
     void backward(const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv) {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
-        int kv_mul = n_heads / kv_heads;
-        Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, kv_heads * d_k), dV(n_seq * S, kv_heads * d_k);
-        // exercise heads: begin (uses d_xq d_xkv kv_mul)
+        Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, W_k.W.value.cols), dV(n_seq * S, W_v.W.value.cols);
+        // exercise heads: begin (uses d_xq d_xkv)
         parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
             for (int h = 0; h < n_heads; h++) {
-                int col = h * d_k, kv_col = h / kv_mul * d_k;
+                int col = h * d_k, kv_col = heads->key_head(h) * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
                 // attend: O_h = heads->attend(...); add_into_block(O_h, e * T, col, joined)
                 heads->attend_backward(take_block(d_joined, e * T, T, col, d_k), saved[std::size_t(e) * n_heads + h],
                                        e, h, dQ_h, dK_h, dV_h);
-                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. The kv_mul
-                // heads share one K and V, so each of them adds its share (+=): the chain rule's sum over uses.
+                // attend: take_block(Q, e * T, T, col, d_k), and the same for K and V at kv_col. Heads that share a
+                // K and V head each add their share (+=): the chain rule's sum over uses.
                 add_into_block(dQ_h, e * T, col, dQ);
                 add_into_block(dK_h, e * S, kv_col, dK);
                 add_into_block(dV_h, e * S, kv_col, dV);
@@ -474,7 +473,9 @@ struct FeedForward : Layer {
     }
 };
 
-#include "chapters/04_todays_blocks.hpp"  // RMSNorm, GELU, SwiGLU; the choice of norm and feed-forward
+#include "chapters/04_todays_blocks.hpp"  // RMSNorm, GELU, SwiGLU, shared K and V heads; the choice of each
+#include "chapters/05_positions.hpp"      // positions in attention: PositionsInAttention
+#include "chapters/08_attention_in_tiles.hpp"  // attention in tiles, InTiles; head_attention_of picks the way
 
 // ---------------------------------------------------------------------------------------------
 // Sublayer: the residual connection and its norm (LayerNorm), wrapped around attention or feed-forward.

@@ -120,6 +120,8 @@ struct TodaysBlocksChoices {  // chapter 04
         return kv_heads_asked > 0 ? kv_heads_asked : static_cast<const Config&>(*this).n_heads;
     }
 };
+// The width of W_k and W_v, K and V: d_model, as the paper's; with grouped-query attention key_value_heads() d_k.
+template <class Config> int key_value_width(const Config& c) { return c.key_value_heads() * (c.d_model / c.n_heads); }
 struct DecoderOnlyChoices {  // chapter 06
     Arch arch = Arch::encoder_decoder;  // decoder-only: one causal stack of dec_layers blocks, no encoder
 };

@@ -1,10 +1,11 @@
 // chapters/04_todays_blocks.hpp -- today's blocks in the paper's places: RMSNorm for LayerNorm, GELU for ReLU,
-// SwiGLU for the two-layer feed-forward.
+// SwiGLU for the two-layer feed-forward, fewer K and V heads than query heads.
 //
 // What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and
-// --act swiglu (Shazeer 2020), Llama's norm and feed-forward. What it changes in the first part: RMSNorm and SwiGLU
-// are Layers (model.hpp), which a block may hold in LayerNorm's and FeedForward's places; norm_of and feed_forward_of,
-// at the end, choose once, when a model is built. A block's feed-forward may also be chapter 11's experts.
+// --act swiglu (Shazeer 2020), Llama's norm and feed-forward, and --kv-heads (grouped-query attention), Llama's K and V.
+// What it changes in the first part: RMSNorm and SwiGLU are Layers (model.hpp), which a block may hold in LayerNorm's
+// and FeedForward's places; norm_of and feed_forward_of, at the end, choose once, when a model is built. A block's
+// feed-forward may also be chapter 11's experts. Shared K and V heads are a way for attention's heads (SharedKeys).
 #pragma once
 
 #include <algorithm>
@@ -156,6 +157,18 @@ struct SwiGLU : Layer {
         return dx;
         // exercise swiglu: end
     }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Grouped-query attention (--kv-heads N; Ainslie et al. 2023), Llama's: K and V have N heads, each read by
+// kv_mul = n_heads / N query heads, so W_k and W_v are (d_model, N d_k) (key_value_width), and the decoding cache
+// (chapter 10) N / n_heads the size; the paper's N is n_heads, kv_mul 1. N = 1 is multi-query attention (Shazeer
+// 2019). MultiHeadAttention asks its heads which K and V head each reads (key_head); its backward's += adds the
+// kv_mul shares of a shared head. Positions in attention (chapter 05) and tiles (chapter 08) are ways of this kind.
+struct SharedKeys : HeadAttention {
+    int kv_mul = 1;  // query heads a K and V head serves
+    std::unique_ptr<HeadAttention> copy() const override { return std::make_unique<SharedKeys>(*this); }
+    int key_head(int h) const override { return h / kv_mul; }  // heads 0 .. kv_mul-1 read head 0, and so on
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 //
 // What it adds: --pos random (Ruoss et al. 2023), --pos rope (Su et al. 2021, RoFormer) and --pos alibi (Press et
 // al. 2022). What it changes in the first part: Embedding reads a row of its table per token (position_ids_of, here),
-// and self-attention's heads attend in a way of their own (PositionsInAttention, a HeadAttention: model.hpp), which
-// turns the queries and keys (rotate_pairs) or lowers each score by its distance (alibi_slopes_of gives each head its
-// slope). --pos learned and --pos none are Embedding's own (model.hpp): a table of their own, or nothing added.
+// and self-attention's heads attend in a way of their own (PositionsInAttention, a HeadAttention: model.hpp, whose K
+// and V heads may be shared: chapter 04), which turns the queries and keys (rotate_pairs) or lowers each score by its
+// distance (alibi_slopes_of gives each head its slope). --pos learned and --pos none are Embedding's own (model.hpp):
+// a table of their own, or nothing added.
 #pragma once
 
 #include <cstdint>
@@ -79,7 +80,7 @@ inline std::vector<double> alibi_slopes_of(int n) {
 
 // Self-attention with positions in it: Q and K turned before the heads read them (rotary), or each head's scores
 // lowered by distance before the softmax (ALiBi); the rest is the paper's attention. Cross-attention keeps the paper's.
-struct PositionsInAttention : HeadAttention {
+struct PositionsInAttention : SharedKeys {  // (its K and V heads may be shared: chapter 04)
     int d_k = 1;
     bool rotary = false;
     std::vector<double> alibi_slopes;  // each head's (empty: no ALiBi)

@@ -15,8 +15,8 @@
 #include "../model.hpp"  // DecoderBlock, Mask, MASKED (this file is read where model.hpp includes it)
 
 // Legend: n_seq sequences of L positions each (decoder-only: the source, START and the answer, L = S + T), one
-// stack of n_seq L rows; d_k = d_model / n_heads; kv_heads key/value heads, each read by kv_mul = n_heads / kv_heads
-// query heads (Ainslie et al. 2023); d_h SwiGLU's hidden width. What the forward saves for the backward:
+// stack of n_seq L rows; d_k = d_model / n_heads; kv_heads key/value heads (W_k is kv_heads d_k wide), each read by
+// kv_mul = n_heads / kv_heads query heads (Ainslie et al. 2023); d_h SwiGLU's hidden width. What the forward saves:
 struct LlamaLayerSaved {
     int n_seq = 1;
     Matrix x, x1;                      // (n_seq L, d_model): the layer's input, and the input plus attention
@@ -64,7 +64,8 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
                                   LlamaLayerSaved& s) {
     const MultiHeadAttention& attn = block.self_attn;
     const SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
-    const int L = x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k, kv_mul = n_heads / attn.kv_heads;
+    const int L = x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
+    const int kv_mul = n_heads * d_k / attn.W_k.W.value.cols;
     s.n_seq = n_seq, s.x = x;
     // attention rmsnorm
     s.xb = llama_rmsnorm(x, dynamic_cast<RMSNorm&>(*block.self_sub.norm).gamma, s.rstd1);
@@ -113,7 +114,7 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     MultiHeadAttention& attn = block.self_attn;
     SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
     const int n_seq = s.n_seq, L = s.x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
-    const int kv_mul = n_heads / attn.kv_heads;
+    const int kv_mul = n_heads * d_k / attn.W_k.W.value.cols;
     // forward: return add(x1, matmul_fast(glu, W_2)): a sum hands d_out to both terms
     Matrix dx1 = d_out, d_glu(s.glu.rows, s.glu.cols);
     matmul_backward_fast(d_out, s.glu, ffn.W_2.W.value, d_glu, ffn.W_2.W.grad);  // d_glu += d_out W_2^T

@@ -57,13 +57,13 @@ inline Matrix join_sequences(const Matrix& A, const Matrix& B, int n_seq) {
 inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& K, const Matrix& V, const Matrix& mask,
                           int n_seq, int first_query) {
     Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
-    const int T = Q.rows / n_seq, S = K.rows / n_seq, d_k = m.d_k, kv_mul = m.n_heads / m.kv_heads;
+    const int T = Q.rows / n_seq, S = K.rows / n_seq, d_k = m.d_k;
     const double inv_sqrt_dk = 1.0 / std::sqrt(double(d_k));
     m.saved.assign(std::size_t(n_seq) * m.n_heads, SavedAttention{});
     parallel_each(n_seq, attention_work(n_seq * m.n_heads, T, S, d_k), [&](int e) {
         Matrix mask_e = mask.empty() ? mask : take_block(mask, e * T, T, 0, S);  // (T, S)
         for (int h = 0; h < m.n_heads; h++) {
-            int col = h * d_k, kv_col = h / kv_mul * d_k;
+            int col = h * d_k, kv_col = m.heads->key_head(h) * d_k;
             Matrix scores(T, S);  // attention(): scale(matmul_bt_fast(Q, K), inv_sqrt_dk), one sum an entry
             for (int i = 0; i < T; i++) {
                 const double* q = &Q.data[std::size_t(e * T + i) * Q.cols + col];  // query i of head h

@@ -110,7 +110,7 @@ const std::vector<Mistake> MISTAKES = {
     {"heads", "`=` for the keys' and values' shared input (bug 3)",
      {{"accumulate(d_xkv, W_v.backward(dV));", "d_xkv = W_v.backward(dV);"}}, "assigns (=)"},
     {"heads", "grouped-query's key-value head taken as the query head's",
-     {{"int col = h * d_k, kv_col = h / kv_mul * d_k;", "int col = h * d_k, kv_col = col;"}}, "index out of range"},
+     {{"int col = h * d_k, kv_col = heads->key_head(h) * d_k;", "int col = h * d_k, kv_col = col;"}}, "index out of range"},
     {"heads", "the first sequence only", {{"parallel_each(n_seq, attention_work", "parallel_each(1, attention_work"}},
      "second of 2 sequences"},
     {"rotary", "turned the wrong way",

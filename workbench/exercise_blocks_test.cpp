@@ -174,11 +174,11 @@ enum class HeadsBug { assigns, first_sequence, turned_forward, from_one, none };
 inline void heads_backward(MultiHeadAttention& m, const Matrix& d_out, Matrix& d_xq, Matrix& d_xkv, HeadsBug bug) {
     Matrix d_joined = m.W_o.backward(d_out);
     int n_seq = int(m.saved.size()) / m.n_heads, T = d_joined.rows / n_seq, S = m.saved[0].K.rows;
-    int group = m.n_heads / m.kv_heads, d_k = m.d_k;
-    Matrix dQ(n_seq * T, m.n_heads * d_k), dK(n_seq * S, m.kv_heads * d_k), dV(n_seq * S, m.kv_heads * d_k);
+    int d_k = m.d_k, kv_width = m.W_k.W.value.cols;
+    Matrix dQ(n_seq * T, m.n_heads * d_k), dK(n_seq * S, kv_width), dV(n_seq * S, kv_width);
     for (int e = 0; e < (bug == HeadsBug::first_sequence ? 1 : n_seq); e++)
         for (int h = 0; h < m.n_heads; h++) {
-            int col = h * d_k, kv_col = h / group * d_k;
+            int col = h * d_k, kv_col = m.heads->key_head(h) * d_k;
             Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
             attention_backward(take_block(d_joined, e * T, T, col, d_k), m.saved[e * m.n_heads + h], dQ_h, dK_h, dV_h);
             add_into_block(dQ_h, e * T, col, dQ);
