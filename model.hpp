@@ -606,6 +606,18 @@ struct DecoderBlock {
 #include "chapters/09_eight_bits.hpp"  // a quantized model's integers (QuantizedParts), a Linear's IntegerProduct
 #include "chapters/12_lora.hpp"        // fine-tuning: a Linear's adapter beside its frozen W (Adapted)
 
+// A later chapter's way for the whole model to read a batch, in place of the encoder then the decoder (06: one causal
+// stack, decoder-only), chosen once as the model is built (architecture_of); the paper's model holds none.
+struct Transformer;
+struct Architecture {
+    virtual ~Architecture() = default;
+    virtual std::unique_ptr<Architecture> copy() const = 0;
+    virtual Matrix forward(Transformer& model, const std::vector<std::vector<int>>& srcs,
+                           const std::vector<std::vector<int>>& tgts_in) = 0;  // -> logits (n_seq T, vocab)
+    virtual void backward(Transformer& model, const Matrix& d_logits) = 0;
+};
+std::unique_ptr<Architecture> architecture_of(const ModelConfig& c);  // (chapter 06 defines it)
+
 // ---------------------------------------------------------------------------------------------
 // The Transformer: embed the source, run the encoder blocks to get the memory; embed the decoder
 // input, run the decoder blocks against the memory; final LayerNorm; project to vocab logits.
@@ -617,6 +629,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     std::vector<DecoderBlock> decoder;
     Owned<Layer> final_norm;
     Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
+    Owned<Architecture> architecture;  // none: the paper's encoder-decoder, which forward and backward run here
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
     Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
     Batch source_position_ids, target_position_ids;  // saved: each token's position row, n_seq x (S), n_seq x (T)
@@ -633,7 +646,8 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     }
     Rng* embedding_dropout_draws() { return training ? &dropout_draws : nullptr; }
     Transformer() = default;
-    Transformer(const ModelConfig& c, uint64_t seed) : config(c), final_norm(norm_of(c)) {
+    Transformer(const ModelConfig& c, uint64_t seed)
+        : config(c), final_norm(norm_of(c)), architecture(architecture_of(c)) {
         Rng rng(seed);
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
@@ -692,14 +706,9 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     Matrix output_backward(const Matrix& d_logits) {
         return config.tie_embeddings ? out.backward(d_logits, embed.table) : out.backward(d_logits);
     }
-    Matrix read_whole(const Batch& srcs, const Batch& tgts_in);  // decoder-only: chapter 06
-    void read_whole_backward(const Matrix& d_answer);
     Matrix forward(const Batch& srcs, const Batch& tgts_in) {
-        switch (config.arch) {
-        case Arch::encoder_decoder: return next_token_logits(tgts_in, encode(srcs), srcs);
-        case Arch::decoder_only: return read_whole(srcs, tgts_in);
-        }
-        return Matrix();  // not reached
+        if (architecture) return architecture->forward(*this, srcs, tgts_in);  // a later chapter's
+        return next_token_logits(tgts_in, encode(srcs), srcs);
     }
     static std::vector<int> concatenated(const Batch& seqs) {  // the tokens of every sequence, one after another
         std::vector<int> all;
@@ -708,12 +717,9 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     }
     // Undo forward(), last step first. Adds into every parameter's grad.
     void backward(const Matrix& d_logits) {
+        if (architecture) return architecture->backward(*this, d_logits);  // a later chapter's
         // forward: logits = output(final_norm->forward(y))
         Matrix dy = final_norm->backward(output_backward(d_logits));
-        switch (config.arch) {
-        case Arch::encoder_decoder: break;
-        case Arch::decoder_only: read_whole_backward(dy); return;  // one causal stack, no memory
-        }
         // forward: y = block.forward(y, memory, ...) for each decoder block; memory feeds them all
         int S = int(sources[0].size()), T = int(targets_in[0].size()), n_seq = int(sources.size());
         Matrix d_memory(n_seq * S, config.d_model);
@@ -744,5 +750,5 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     void zero_grad() { for (auto& [name, param] : parameters_and_adapters(*this)) param->grad.zero(); }
 };
 
-#include "chapters/06_decoder_only.hpp"  // read_whole and its backward, which forward and backward call
+#include "chapters/06_decoder_only.hpp"  // DecoderOnly, an Architecture: one causal stack
 #include "chapters/07_llama_layer.hpp"   // a Llama layer in one place, tested equal to DecoderBlock

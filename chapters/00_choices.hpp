@@ -106,6 +106,7 @@ struct Owned {
     T* operator->() const { return p.get(); }
     T& operator*() const { return *p; }
     T* get() const { return p.get(); }
+    explicit operator bool() const { return p != nullptr; }  // (false: no way, where the paper has none)
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 // chapters/06_decoder_only.hpp -- one causal stack, GPT's shape (--arch decoder-only).
 //
 // What it adds: a model without an encoder. What it changes in the first part: DecoderBlock is built without
-// cross-attention (`cross` false, has_encoder), and Transformer::forward and backward call read_whole and
-// read_whole_backward, here, in place of encode and next_token_logits. Decoder-only is not a second model: the same
-// blocks, one stack.
+// cross-attention (`cross` false, has_encoder), and the Transformer reads a batch through DecoderOnly, an Architecture
+// (model.hpp), here, in place of encode and next_token_logits. Decoder-only is not a second model: the same blocks,
+// one stack.
 #pragma once
 
 #include <vector>
@@ -45,29 +45,42 @@ inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transform
         whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
     return whole;
 }
-inline Matrix Transformer::read_whole(const Batch& srcs, const Batch& tgts_in) {
-    sources = srcs, targets_in = tgts_in;
-    const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
-    target_position_ids = position_ids_for(srcs, L);  // random positions: L rows drawn at once
-    Matrix x = embed.forward(concatenated(wholes(srcs, tgts_in)),  // (n_seq L, d_model)
-                             concatenated(target_position_ids));
-    x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), target_keep);
-    Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
-    for (DecoderBlock& block : decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
-    Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
-    for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, config.d_model));
-    return output(final_norm->forward(answer));
-}
-// Undo read_whole from d_answer (n_seq T, d_model), the gradient of the rows it kept.
-inline void Transformer::read_whole_backward(const Matrix& d_answer) {
-    const int S = int(sources[0].size()), T = int(targets_in[0].size()), L = S + T, n_seq = int(sources.size());
-    Matrix dx(n_seq * L, config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
-    for (int e = 0; e < n_seq; e++)
-        add_into_block(take_block(d_answer, e * T, T, 0, config.d_model), e * L + S, 0, dx);
-    Matrix unused;  // no memory
-    for (int i = int(decoder.size()) - 1; i >= 0; i--) dx = decoder[i].backward(dx, unused);
-    dx = dropout_backward(std::move(dx), target_keep);  // forward: x = dropout(embed.forward(whole))
-    const Batch whole = wholes(sources, targets_in);
-    for (int e = 0; e < n_seq; e++)
-        embed.backward(whole[e], target_position_ids[e], take_block(dx, e * L, L, 0, config.d_model));
+struct DecoderOnly : Architecture {
+    std::unique_ptr<Architecture> copy() const override { return std::make_unique<DecoderOnly>(*this); }
+    Matrix forward(Transformer& m, const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) override {
+        m.sources = srcs, m.targets_in = tgts_in;
+        const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
+        m.target_position_ids = m.position_ids_for(srcs, L);  // random positions: L rows drawn at once
+        Matrix x = m.embed.forward(Transformer::concatenated(wholes(srcs, tgts_in)),  // (n_seq L, d_model)
+                                   Transformer::concatenated(m.target_position_ids));
+        x = dropout(std::move(x), m.config.dropout, m.embedding_dropout_draws(), m.target_keep);
+        Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
+        for (DecoderBlock& block : m.decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+        Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
+        for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, m.config.d_model));
+        return m.output(m.final_norm->forward(answer));
+    }
+    void backward(Transformer& m, const Matrix& d_logits) override {  // undo forward, last line first
+        const int S = int(m.sources[0].size()), T = int(m.targets_in[0].size()), L = S + T;
+        const int n_seq = int(m.sources.size());
+        // forward: logits = output(final_norm->forward(answer))
+        const Matrix d_answer = m.final_norm->backward(m.output_backward(d_logits));
+        Matrix dx(n_seq * L, m.config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
+        for (int e = 0; e < n_seq; e++)
+            add_into_block(take_block(d_answer, e * T, T, 0, m.config.d_model), e * L + S, 0, dx);
+        Matrix unused;  // no memory
+        for (int i = int(m.decoder.size()) - 1; i >= 0; i--) dx = m.decoder[i].backward(dx, unused);
+        dx = dropout_backward(std::move(dx), m.target_keep);  // forward: x = dropout(embed.forward(whole))
+        const Transformer::Batch whole = wholes(m.sources, m.targets_in);
+        for (int e = 0; e < n_seq; e++)
+            m.embed.backward(whole[e], m.target_position_ids[e], take_block(dx, e * L, L, 0, m.config.d_model));
+    }
+};
+// The choice, made once as a model is built (--arch).
+inline std::unique_ptr<Architecture> architecture_of(const ModelConfig& c) {
+    switch (c.arch) {
+    case Arch::encoder_decoder: return nullptr;  // the paper's, Transformer's own
+    case Arch::decoder_only: return std::make_unique<DecoderOnly>();
+    }
+    return nullptr;  // not reached
 }

@@ -65,7 +65,6 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
     const MultiHeadAttention& attn = block.self_attn;
     const SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
     const int L = x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
-    const int kv_mul = n_heads * d_k / attn.W_k.W.value.cols;
     s.n_seq = n_seq, s.x = x;
     // attention rmsnorm
     s.xb = llama_rmsnorm(x, dynamic_cast<RMSNorm&>(*block.self_sub.norm).gamma, s.rstd1);
@@ -81,7 +80,7 @@ inline Matrix llama_layer_forward(const DecoderBlock& block, const Matrix& x, co
     s.P.assign(std::size_t(n_seq) * n_heads, Matrix());
     for (int e = 0; e < n_seq; e++)
         for (int h = 0; h < n_heads; h++) {
-            const int col = h * d_k, kv_col = h / kv_mul * d_k;  // GQA: query head h reads key/value head h / kv_mul
+            const int col = h * d_k, kv_col = attn.heads->key_head(h) * d_k;  // GQA: K and V head h / kv_mul
             const Matrix q = take_block(s.Q, e * L, L, col, d_k);      // (L, d_k)
             const Matrix k = take_block(s.K, e * L, L, kv_col, d_k);   // (L, d_k)
             const Matrix v = take_block(s.V, e * L, L, kv_col, d_k);   // (L, d_k)
@@ -114,7 +113,6 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     MultiHeadAttention& attn = block.self_attn;
     SwiGLU& ffn = dynamic_cast<SwiGLU&>(*block.ffn);
     const int n_seq = s.n_seq, L = s.x.rows / n_seq, n_heads = attn.n_heads, d_k = attn.d_k;
-    const int kv_mul = n_heads * d_k / attn.W_k.W.value.cols;
     // forward: return add(x1, matmul_fast(glu, W_2)): a sum hands d_out to both terms
     Matrix dx1 = d_out, d_glu(s.glu.rows, s.glu.cols);
     matmul_backward_fast(d_out, s.glu, ffn.W_2.W.value, d_glu, ffn.W_2.W.grad);  // d_glu += d_out W_2^T
@@ -135,7 +133,7 @@ inline Matrix llama_layer_backward(DecoderBlock& block, const Matrix& d_out, con
     Matrix dQ(s.Q.rows, s.Q.cols), dK(s.K.rows, s.K.cols), dV(s.V.rows, s.V.cols);
     for (int e = 0; e < n_seq; e++)
         for (int h = 0; h < n_heads; h++) {
-            const int col = h * d_k, kv_col = h / kv_mul * d_k;
+            const int col = h * d_k, kv_col = attn.heads->key_head(h) * d_k;
             const Matrix& P = s.P[e * n_heads + h];
             Matrix dq(L, d_k), dk(L, d_k), dv(L, d_k), dP(L, L), d_scores(L, L), d_qk(L, L);
             // forward: add_into_block(matmul_fast(P, v), e * L, col, joined)

@@ -49,7 +49,7 @@ TEST_CASE("llama layer: the layer in one place is the model's DecoderBlock, bit 
         Matrix x(rows, c.d_model), G(rows, c.d_model);  // the input, and the upstream gradient dL/d(out)
         for (double& v : x.data) v = rng.uniform(-2.0, 2.0);
         for (double& v : G.data) v = rng.uniform(-1.0, 1.0);
-        const Mask mask(true, k.sources);  // read_whole's: causal, and no PAD of the sequence's source
+        const Mask mask(true, k.sources);  // DecoderOnly's: causal, and no PAD of the sequence's source
         CAPTURE(k.n_heads);
         CAPTURE(k.n_seq);
 
