@@ -97,7 +97,7 @@ doctest:
 	 echo "error: doctest not found (looked in $(DOCTEST_DIRS)). Install it with: $$how"; exit 1
 
 # make test: one binary, from four units that build side by side on two cores (the biggest first), run as two
-# processes (below). tests.cpp is the tutorial's lab notebook (matrix.hpp, model.hpp and train.hpp only), at -O1:
+# processes (below). tests.cpp is the tutorial's lab notebook (the three headers, and chapter 10's cache), at -O1:
 # its training runs the blocks as beside-tests.o compiled them (below), so it runs as fast as at -O2 (6.9 s and 6.8)
 # and compiles in 14 CPU seconds (-O2: 18); -ffp-contract=off makes the numbers the same at any -O level. chapters/*_test.cpp and engine/*_test.cpp, with the program's flags at -O2 too
 # (-march=native where the program has it; 15 CPU seconds where -O3 took 26, the same numbers). The

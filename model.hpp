@@ -248,9 +248,9 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 }
 
 // ---------------------------------------------------------------------------------------------
-// How each head attends: the paper's way is attention() above, on Q and K as projected. A later chapter derives a way
-// of its own (05: rotary, ALiBi; 08: tiles), and a model is built with one (head_attention_of, chapter 08), so
-// MultiHeadAttention writes its loop over heads once. (Decoding, chapter 10, asks a way for ready and weights alone.)
+// How each head attends: the paper's way is attention() above, on Q and K as projected, each query head reading its
+// own K and V head. A later chapter derives a way of its own (04: shared K and V heads; 05: rotary, ALiBi; 08: tiles),
+// and a model is built with one (head_attention_of), so MultiHeadAttention writes its loop over heads once.
 //   q (T, d_k), k and v (S, d_k): head h of sequence e; mask_e (T, S) that sequence's mask written out.
 struct HeadAttention {
     virtual ~HeadAttention() = default;
@@ -276,8 +276,8 @@ struct HeadAttention {
     }
     virtual int key_head(int h) const { return h; }  // the head of K and V that query head h reads: its own
 };
-// How a model's heads attend, chosen once as it is built: the paper's (HeadAttention), or a later chapter's (chapter 08,
-// which comes after them all, defines it).
+// How a model's heads attend, chosen once as it is built: the paper's (HeadAttention), or a later chapter's (chapter 08
+// defines it: included below, after chapters 04 and 05, whose ways it also picks).
 std::unique_ptr<HeadAttention> head_attention_of(const ModelConfig& c, bool self_attention);
 
 // ---------------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ struct MultiHeadAttention {
         return attend(heads->ready(W_q.forward(x_q), x_q.rows / n_seq, 0),
                       heads->ready(W_k.forward(x_kv), x_kv.rows / n_seq, 0), W_v.forward(x_kv), mask, n_seq);
     }
-    // Q, K and V (n_seq T or S, d_model) -> every head, joined, projected by W_o (decoding: chapter 10).
+    // Q (n_seq T, d_model), K and V (n_seq S, d_model; narrower: chapter 04) -> every head, joined, projected by W_o.
     Matrix attend(const Matrix& Q, const Matrix& K, const Matrix& V, const Mask& mask, int n_seq) {
         Matrix joined(Q.rows, Q.cols);  // (n_seq T, d_model)
         int T = Q.rows / n_seq, S = K.rows / n_seq;
@@ -631,8 +631,8 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
     Linear out;       // (d_model -> vocab), with bias (none: --no-bias); tied embeddings: W empty (the table's)
     Owned<Architecture> architecture;  // none: the paper's encoder-decoder, which forward and backward run here
     using Batch = std::vector<std::vector<int>>;  // n_seq sequences of tokens, all of one length
-    Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by encode and next_token_logits for backward
-    Batch source_position_ids, target_position_ids;  // saved: each token's position row, n_seq x (S), n_seq x (T)
+    Batch sources, targets_in;  // n_seq x (S), n_seq x (T): saved by forward (encode, next_token_logits) for backward
+    Batch source_position_ids, target_position_ids;  // saved: each token's position row, n_seq x (S), (T or S + T)
     Matrix source_keep, target_keep;  // saved: dropout's factors (n_seq S or T, d_model); decoder-only's T: S + T
     // Training mode (PyTorch's model.train(); gradient_of turns it on for its forward pass) reads two streams:
     // dropout's masks, in the order forward runs, and random positions' rows. Outside it no stream moves.

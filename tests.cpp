@@ -1533,7 +1533,7 @@ TEST_CASE("greedy_decode: output length, START first, each position the same as 
         Matrix full = model.forward({source}, {decoder_in});  // (length, vocab), one teacher-forced pass
         DecodingCache cache = start_decoding(model, {source});
         for (int t = 0; t < length; t++) {
-            Matrix newest = newest_logits(model, cache, {{decoder_in[t]}});  // (1, vocab): what greedy saw
+            Matrix newest = newest_logits(model, cache, {{decoder_in[t]}});  // (1, vocab): what the cache sees
             for (int v = 0; v < c.vocab; v++) CHECK(newest.at(0, v) == full.at(t, v));
             int best = 0;
             for (int v = 1; v < start_token(c.vocab); v++)

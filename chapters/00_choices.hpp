@@ -86,13 +86,13 @@ inline bool draws_position_ids(Positions positions) {
 }
 
 // How a block of the first part takes a later chapter's way of working (how heads attend, how a Linear multiplies, a
-// layer's kind):
+// layer's kind, how the whole model reads a batch):
 // it holds the paper's way through this pointer, which copies what it points to when it is copied (each copy of a
 // model owns its ways), and a chapter's way derives from the paper's and takes its place when the model is built,
 // loaded, quantized or fine-tuned.
 template <typename T>
 struct Owned {
-    std::unique_ptr<T> p = paper();  // (an abstract T, a Layer, has no way of its own: the model gives it one)
+    std::unique_ptr<T> p = paper();  // (an abstract T has none: a Layer is given one; the paper has no Architecture)
     static std::unique_ptr<T> paper() {
         if constexpr (std::is_abstract_v<T>) return nullptr;
         else return std::make_unique<T>();

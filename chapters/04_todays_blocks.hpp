@@ -1,11 +1,12 @@
 // chapters/04_todays_blocks.hpp -- today's blocks in the paper's places: RMSNorm for LayerNorm, GELU for ReLU,
 // SwiGLU for the two-layer feed-forward, fewer K and V heads than query heads.
 //
-// What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's) and
-// --act swiglu (Shazeer 2020), Llama's norm and feed-forward, and --kv-heads (grouped-query attention), Llama's K and V.
+// What it adds: --rmsnorm (Zhang & Sennrich 2019), --act gelu (Hendrycks & Gimpel 2016; BERT's and GPT's),
+// --act swiglu (Shazeer 2020), Llama's norm and feed-forward, and --kv-heads (grouped-query attention), its K and V.
 // What it changes in the first part: RMSNorm and SwiGLU are Layers (model.hpp), which a block may hold in LayerNorm's
 // and FeedForward's places; norm_of and feed_forward_of, at the end, choose once, when a model is built. A block's
-// feed-forward may also be chapter 11's experts. Shared K and V heads are a way for attention's heads (SharedKeys).
+// feed-forward may also be chapter 11's experts. Shared K and V heads are a way for attention's heads (SharedKeys),
+// which head_attention_of (chapter 08) gives a model when --kv-heads is below n_heads.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../model.hpp"  // Linear, ParamList (this file is read where model.hpp includes it)
+#include "../model.hpp"  // Layer, Linear, HeadAttention (this file is read where model.hpp includes it)
 
 // ---------------------------------------------------------------------------------------------
 // GELU, exact form: x * Phi(x), with Phi the standard normal CDF (PyTorch's default GELU).

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "../model.hpp"  // HeadAttention (this file is read where model.hpp includes it)
+#include "../model.hpp"  // HeadAttention; chapter 04's SharedKeys (this file is read where model.hpp includes it)
 
 // The position ids of L tokens: which row of the position table each reads, 0, 1, ..., L-1. Or, with random
 // positions (--pos random; Ruoss et al. 2023), L distinct rows drawn from all max_len and kept in order: the order

@@ -47,33 +47,33 @@ inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transform
 }
 struct DecoderOnly : Architecture {
     std::unique_ptr<Architecture> copy() const override { return std::make_unique<DecoderOnly>(*this); }
-    Matrix forward(Transformer& m, const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) override {
-        m.sources = srcs, m.targets_in = tgts_in;
+    Matrix forward(Transformer& model, const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) override {
+        model.sources = srcs, model.targets_in = tgts_in;
         const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
-        m.target_position_ids = m.position_ids_for(srcs, L);  // random positions: L rows drawn at once
-        Matrix x = m.embed.forward(Transformer::concatenated(wholes(srcs, tgts_in)),  // (n_seq L, d_model)
-                                   Transformer::concatenated(m.target_position_ids));
-        x = dropout(std::move(x), m.config.dropout, m.embedding_dropout_draws(), m.target_keep);
+        model.target_position_ids = model.position_ids_for(srcs, L);  // random positions: L rows drawn at once
+        Matrix x = model.embed.forward(Transformer::concatenated(wholes(srcs, tgts_in)),  // (n_seq L, d_model)
+                                       Transformer::concatenated(model.target_position_ids));
+        x = dropout(std::move(x), model.config.dropout, model.embedding_dropout_draws(), model.target_keep);
         Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
-        for (DecoderBlock& block : m.decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+        for (DecoderBlock& block : model.decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
         Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
-        for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, m.config.d_model));
-        return m.output(m.final_norm->forward(answer));
+        for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, model.config.d_model));
+        return model.output(model.final_norm->forward(answer));
     }
-    void backward(Transformer& m, const Matrix& d_logits) override {  // undo forward, last line first
-        const int S = int(m.sources[0].size()), T = int(m.targets_in[0].size()), L = S + T;
-        const int n_seq = int(m.sources.size());
+    void backward(Transformer& model, const Matrix& d_logits) override {  // undo forward, last line first
+        const int S = int(model.sources[0].size()), T = int(model.targets_in[0].size()), L = S + T;
+        const int n_seq = int(model.sources.size());
         // forward: logits = output(final_norm->forward(answer))
-        const Matrix d_answer = m.final_norm->backward(m.output_backward(d_logits));
-        Matrix dx(n_seq * L, m.config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
+        const Matrix d_answer = model.final_norm->backward(model.output_backward(d_logits));
+        Matrix dx(n_seq * L, model.config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
         for (int e = 0; e < n_seq; e++)
-            add_into_block(take_block(d_answer, e * T, T, 0, m.config.d_model), e * L + S, 0, dx);
+            add_into_block(take_block(d_answer, e * T, T, 0, model.config.d_model), e * L + S, 0, dx);
         Matrix unused;  // no memory
-        for (int i = int(m.decoder.size()) - 1; i >= 0; i--) dx = m.decoder[i].backward(dx, unused);
-        dx = dropout_backward(std::move(dx), m.target_keep);  // forward: x = dropout(embed.forward(whole))
-        const Transformer::Batch whole = wholes(m.sources, m.targets_in);
+        for (int i = int(model.decoder.size()) - 1; i >= 0; i--) dx = model.decoder[i].backward(dx, unused);
+        dx = dropout_backward(std::move(dx), model.target_keep);  // forward: x = dropout(embed.forward(whole))
+        const Transformer::Batch whole = wholes(model.sources, model.targets_in);
         for (int e = 0; e < n_seq; e++)
-            m.embed.backward(whole[e], m.target_position_ids[e], take_block(dx, e * L, L, 0, m.config.d_model));
+            model.embed.backward(whole[e], model.target_position_ids[e], take_block(dx, e * L, L, 0, dx.cols));
     }
 };
 // The choice, made once as a model is built (--arch).

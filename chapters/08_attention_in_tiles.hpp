@@ -299,13 +299,13 @@ struct InTiles : PositionsInAttention {
 // The way a model's attention is built with: in tiles (--attention flash), with positions (self-attention with
 // --pos rope or alibi), with shared K and V heads alone (--kv-heads, chapter 04), or the paper's.
 inline std::unique_ptr<HeadAttention> head_attention_of(const ModelConfig& c, bool self_attention) {
-    PositionsInAttention positions;
-    positions.kv_mul = c.n_heads / c.key_value_heads();  // chapter 04's shared K and V heads
-    positions.d_k = c.d_model / c.n_heads;
-    positions.rotary = self_attention && turns_queries_and_keys(c.positions);  // cross-attention: no positions
-    if (self_attention && lowers_scores_by_distance(c.positions)) positions.alibi_slopes = alibi_slopes_of(c.n_heads);
-    if (attends_in_tiles(c.attention)) return std::make_unique<InTiles>(std::move(positions), c.n_heads);
-    if (positions.rotary || !positions.alibi_slopes.empty()) return std::make_unique<PositionsInAttention>(positions);
-    if (positions.kv_mul > 1) return std::make_unique<SharedKeys>(static_cast<const SharedKeys&>(positions));
+    PositionsInAttention way;
+    way.kv_mul = c.n_heads / c.key_value_heads();  // chapter 04's shared K and V heads
+    way.d_k = c.d_model / c.n_heads;
+    way.rotary = self_attention && turns_queries_and_keys(c.positions);  // cross-attention: no positions
+    if (self_attention && lowers_scores_by_distance(c.positions)) way.alibi_slopes = alibi_slopes_of(c.n_heads);
+    if (attends_in_tiles(c.attention)) return std::make_unique<InTiles>(std::move(way), c.n_heads);
+    if (way.rotary || !way.alibi_slopes.empty()) return std::make_unique<PositionsInAttention>(way);
+    if (way.kv_mul > 1) return std::make_unique<SharedKeys>(static_cast<const SharedKeys&>(way));
     return std::make_unique<HeadAttention>();
 }

@@ -3,10 +3,11 @@
 // What it adds: --quantize BITS (workbench/quantize.hpp) keeps a trained model's matrices as whole numbers of BITS
 // bits, one scale for each group of consecutive weights, and computes its products in integers (llama2.c's runq.c;
 // llama.cpp's Q8_0 and Q4_0). Inference only: a quantized model never trains. What it changes in the first part: a
-// quantized model keeps its matrices' integers by name (QuantizedParts, a base of Transformer), each Linear multiplies
-// by its own (IntegerProduct, a Product: model.hpp), and so does the tied output projection by the table's
-// (engine/integers.hpp's quantized_product_fast, the same bits as quantized_product here, faster). Param keeps the
-// values the integers stand for, which the float readers (--inspect, the report, an adapter's backward) read.
+// quantized model keeps its matrices' integers by name (QuantizedParts, which Transformer derives from), each Linear
+// multiplies by its own (IntegerProduct, a Product: model.hpp), and so does the tied output projection by the
+// table's (engine/integers.hpp's quantized_product_fast, the same bits as quantized_product here, faster). Param
+// keeps the values the integers stand for, which the float readers (--inspect, the report, an adapter's backward)
+// read. A product laid over another (ProductOver, here: chapter 12's adapter) keeps it beneath, where the integers go.
 #pragma once
 
 #include <algorithm>
@@ -175,6 +176,7 @@ struct IntegerProduct : Product {
 // integers go beneath, into the product that multiplies by W.
 struct ProductOver : Product {
     Owned<Product> base;  // the product it was laid over
+    std::unique_ptr<Product> copy() const override = 0;  // each kind copies itself, its base with it
 };
 
 // Every Linear of a model with the name its W has in the checkpoint ("encoder.0.self_attn.W_q"), in the checkpoint's

@@ -1,7 +1,9 @@
 // chapters/10_decoding.hpp -- decoding with a cache: each new token runs alone through the decoder.
 //
-// What it adds: greedy decoding (train.hpp) and beam search (workbench/beam.hpp) at the cost of one row a step, not
-// the whole prefix. What it changes in the first part: nothing; it reads the blocks' weights and calls their parts.
+// What it adds: greedy decoding at the cost of one row a step, not the whole input (greedy_decode_cached, at the end:
+// the tokens of train.hpp's greedy_decode), and the cache beam search (workbench/beam.hpp) runs on. What it changes in
+// the first part: nothing; it reads the blocks' weights and calls their parts. It comes after train.hpp, which it
+// includes; the program and the tests include it.
 #pragma once
 
 #include <vector>
@@ -23,7 +25,7 @@ inline Matrix padding_mask(int T, const std::vector<std::vector<int>>& sources) 
     return m;
 }
 
-// Decoding with a cache (inference only: greedy decoding, train.hpp; beam search).
+// Decoding with a cache (inference only: greedy_decode_cached, below; beam search, workbench/beam.hpp).
 // Decoding grows each output a token at a time. Rather than run the whole prefix through the decoder again at
 // every position, it keeps what every attention computed (llama2.c's RunState) and feeds only the newest
 // tokens: causal self-attention adds the new rows' K and V to those kept, cross-attention reads the memory's K

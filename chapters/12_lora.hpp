@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "../model.hpp"  // Linear, Product (this file is read where model.hpp includes it)
+#include "../model.hpp"  // Linear, Product; chapter 09's ProductOver (this file is read where model.hpp includes it)
 
 // ---------------------------------------------------------------------------------------------
 // Why adapters. Fine-tuning a trained model on a new task moves every weight: the optimizer keeps a gradient and
@@ -75,7 +75,7 @@ struct Adapter {
 // A fine-tuned Linear's product: the product it had (a quantized base's integers too, chapter 09), W frozen, and its
 // adapter beside it (off: the frozen W alone, as every matrix of attention and of the feed-forward is when any is
 // adapted).
-struct Adapted : ProductOver {  // its base: the product it had
+struct Adapted : ProductOver {  // (chapter 09) its base: the product it had, beneath which the integers go
     Adapter lora;
     std::unique_ptr<Product> copy() const override { return std::make_unique<Adapted>(*this); }
     Matrix forward(const Matrix& x, const Param& W) override {

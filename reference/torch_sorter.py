@@ -442,13 +442,13 @@ class Transformer:  # struct Transformer: embed, encoder blocks, decoder blocks,
         h = self.final_norm(y)
         return self.out(h) if self.out.W is not None else self.tied(h)
 
-    def tied(self, h):  # tied_output(): logits = h table^T (+ b)
+    def tied(self, h):  # Transformer::output, tied: logits = h table^T (+ b)
         quantized = getattr(self.embed, "quantized", None)  # an 8-bit table: (whole numbers, scales, group)
         logits = h @ self.embed.table.T if quantized is None else QuantizedProduct.apply(h, self.embed.table.T,
                                                                                           *quantized)
         return logits if self.out.b is None else logits + self.out.b
 
-    def read_whole(self, source, target_in):  # read_whole(): decoder-only, source + START + answer, one sequence
+    def read_whole(self, source, target_in):  # DecoderOnly::forward (chapter 06): source + START + answer, one sequence
         S = source.shape[1]
         whole = torch.cat([source, target_in], dim=1)  # (B, L)
         y = self.embed(whole)

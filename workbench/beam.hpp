@@ -1,5 +1,5 @@
 // workbench/beam.hpp -- beam search (--beam K, --length-penalty A), the paper's way of decoding beside the
-// tutorial's greedy decoding (train.hpp), and decode_outputs, which picks one of the two.
+// tutorial's greedy decoding (greedy_decode_cached, chapters/10_decoding.hpp), and decode_outputs, which picks one.
 //
 // Beam search keeps the K likeliest outputs so far of each source (hypotheses), so that a first token that
 // looks worse can still win with what follows. Each position extends every live hypothesis by every token and
@@ -9,7 +9,8 @@
 // hypothesis takes no more tokens and no more log-probability. START is never a candidate. A live
 // hypothesis's candidates share one length, so with K = 1 the best is the largest logit: greedy decoding's
 // choice, bit for bit (tested).
-// The hypotheses run side by side in one decoding cache (model.hpp), which follows each kept one's parent.
+// The hypotheses run side by side in one decoding cache (chapters/10_decoding.hpp), which follows each kept one's
+// parent.
 #pragma once
 
 #include "../chapters/10_decoding.hpp"  // the decoding cache, and the model

@@ -181,7 +181,7 @@ TEST_CASE("decoding with experts: the cache is decoding without it bit for bit, 
             }
         }
         CHECK(differing == 0);
-        CHECK(greedy_decode(model, sources, T) == uncached);
+        CHECK(greedy_decode_cached(model, sources, T) == uncached);
         int right = 0;
         for (std::size_t e = 0; e < sources.size(); e++) right += uncached[e] == data.held_out[e].target;
         std::printf("  decoding with experts, %s: greedy exact-match %d of 200\n",

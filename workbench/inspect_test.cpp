@@ -31,7 +31,7 @@ TEST_CASE("inspect: a head switched off is left out of the join, and comes back 
     CHECK(exact <= 1.0);
 }
 
-// The pointer check decodes step by step as greedy_decode does: it counts one step for every digit
+// The pointer check decodes step by step as greedy_decode_cached does: it counts one step for every digit
 // the decoding emits, and no more hits than steps for any head.
 TEST_CASE("inspect: the pointer check counts every emitted digit once") {
     DataConfig d = few_digits();
