@@ -552,24 +552,21 @@ struct EncoderBlock {
 
 // ---------------------------------------------------------------------------------------------
 // Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
-//   y, out (n_seq T, d_model), memory (n_seq S, d_model). A decoder-only model's (chapter 06): `cross` false.
+//   y, out (n_seq T, d_model), memory (n_seq S, d_model).
 struct DecoderBlock {
-    bool cross = true;  // false in a decoder-only model: no memory to attend to
     Sublayer self_sub, cross_sub, ffn_sub;
     MultiHeadAttention self_attn, cross_attn;
     Owned<Layer> ffn;
     DecoderBlock() = default;
     DecoderBlock(const ModelConfig& c, Rng& rng)
-        : cross(has_encoder(c.arch)), self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true) {
-        if (cross) cross_attn = MultiHeadAttention(c, rng);
-        ffn = feed_forward_of(c, rng);
-    }
-    void list_parameters(const std::string& name, ParamList& list) {  // decoder-only: norm1, self_attn, norm2, ffn
+        : self_sub(c), cross_sub(c), ffn_sub(c), self_attn(c, rng, true), cross_attn(c, rng),
+          ffn(feed_forward_of(c, rng)) {}
+    void list_parameters(const std::string& name, ParamList& list) {
         self_sub.norm->list_parameters(name + ".norm1", list);
         self_attn.list_parameters(name + ".self_attn", list);
-        if (cross) cross_sub.norm->list_parameters(name + ".norm2", list);
-        if (cross) cross_attn.list_parameters(name + ".cross_attn", list);
-        ffn_sub.norm->list_parameters(name + (cross ? ".norm3" : ".norm2"), list);
+        cross_sub.norm->list_parameters(name + ".norm2", list);
+        cross_attn.list_parameters(name + ".cross_attn", list);
+        ffn_sub.norm->list_parameters(name + ".norm3", list);
         ffn->list_parameters(name + ".ffn", list);
     }
     void set_dropout_draws(Rng* stream) {  // Transformer::train
@@ -580,7 +577,6 @@ struct DecoderBlock {
     Matrix forward(const Matrix& y, const Matrix& memory, const Mask& causal, const Mask& memory_mask,
                    int n_seq = 1) {
         Matrix y1 = self_sub.forward(y, [&](const Matrix& a) { return self_attn.forward(a, a, causal, n_seq); });
-        if (!cross) return ffn_sub.forward(y1, [&](const Matrix& a) { return ffn->forward(a); });  // decoder-only
         Matrix y2 = cross_sub.forward(y1, [&](const Matrix& a) {
             return cross_attn.forward(a, memory, memory_mask, n_seq);
         });
@@ -589,10 +585,10 @@ struct DecoderBlock {
     // Returns dy and adds the memory's gradient into d_memory (n_seq S, d_model).
     Matrix backward(const Matrix& d_out, Matrix& d_memory) {
         // exercise decoder-block: begin (uses d_out d_memory)
-        // forward: out = ffn_sub.forward(y2, ffn)   (decoder-only: y1 in y2's place)
+        // forward: out = ffn_sub.forward(y2, ffn)
         Matrix dy2 = ffn_sub.backward(d_out, [&](const Matrix& d) { return ffn->backward(d); });
         // forward: y2 = cross_sub.forward(y1, cross-attention to the memory)
-        Matrix dy1 = !cross ? dy2 : cross_sub.backward(dy2, [&](const Matrix& d) {
+        Matrix dy1 = cross_sub.backward(dy2, [&](const Matrix& d) {
             Matrix d_queries(d.rows, d.cols);
             cross_attn.backward(d, d_queries, d_memory);  // the keys' and values' share goes to the memory
             return d_queries;
@@ -606,12 +602,14 @@ struct DecoderBlock {
 #include "chapters/09_eight_bits.hpp"  // a quantized model's integers (QuantizedParts), a Linear's IntegerProduct
 #include "chapters/12_lora.hpp"        // fine-tuning: a Linear's adapter beside its frozen W (Adapted)
 
-// A later chapter's way for the whole model to read a batch, in place of the encoder then the decoder (06: one causal
-// stack, decoder-only), chosen once as the model is built (architecture_of); the paper's model holds none.
+// A later chapter's way to build, list and run the model's blocks, in place of the encoder then the decoder (06: one
+// causal stack, decoder-only), chosen once as the model is built (architecture_of); the paper's model holds none.
 struct Transformer;
 struct Architecture {
     virtual ~Architecture() = default;
     virtual std::unique_ptr<Architecture> copy() const = 0;
+    virtual DecoderBlock decoder_block(const ModelConfig& c, Rng& rng) const = 0;  // its kind of decoder block
+    virtual void list_parameters(Transformer& model, ParamList& list) const = 0;  // its decoder blocks', by name
     virtual Matrix forward(Transformer& model, const std::vector<std::vector<int>>& srcs,
                            const std::vector<std::vector<int>>& tgts_in) = 0;  // -> logits (n_seq T, vocab)
     virtual void backward(Transformer& model, const Matrix& d_logits) = 0;
@@ -651,7 +649,8 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         Rng rng(seed);
         embed = Embedding(c, rng);
         for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
-        for (int i = 0; i < c.dec_layers; i++) decoder.emplace_back(c, rng);
+        for (int i = 0; i < c.dec_layers; i++)  // (a later chapter's architecture builds its own kind)
+            decoder.push_back(architecture ? architecture->decoder_block(c, rng) : DecoderBlock(c, rng));
         out = Linear(c.d_model, c.vocab, !c.no_bias, rng);  // (a bias draws nothing: the weights stay the same)
         if (c.tie_embeddings) out.W = Param(), out.product = std::make_unique<TransposedProduct>();  // W drawn and
                                                  // dropped, so the weights drawn after it stay the same
@@ -741,7 +740,10 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         ParamList list;
         embed.list_parameters("embed", list);
         for (size_t i = 0; i < encoder.size(); i++) encoder[i].list_parameters("encoder." + std::to_string(i), list);
-        for (size_t i = 0; i < decoder.size(); i++) decoder[i].list_parameters("decoder." + std::to_string(i), list);
+        if (architecture) architecture->list_parameters(*this, list);  // a later chapter's decoder blocks, of its kind
+        else
+            for (size_t i = 0; i < decoder.size(); i++)
+                decoder[i].list_parameters("decoder." + std::to_string(i), list);
         final_norm->list_parameters("final_norm", list);
         if (!config.tie_embeddings) list.push_back({"out.W", &out.W});  // tied: the table, listed once above
         if (!out.b.value.empty()) list.push_back({"out.b", &out.b});

@@ -285,9 +285,8 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
 // against the keys and values it kept: the same bits, without the prefix run again. The program decodes that way.)
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources, int length) {
     const int start = start_token(model.config.vocab);
-    Transformer::Batch in(sources.size(), std::vector<int>(length, PAD));  // n_seq x (length), the decoder input
+    Transformer::Batch in(sources.size(), shifted_right(std::vector<int>(length, PAD), model.config.vocab));
     std::vector<std::vector<int>> decoded(sources.size());
-    for (std::vector<int>& input : in) input[0] = start;
     for (int t = 0; t < length; t++) {
         const Matrix logits = model.forward(sources, in);  // (n_seq length, vocab): row e length + t is new
         for (std::size_t e = 0; e < in.size(); e++) {

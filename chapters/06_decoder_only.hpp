@@ -1,11 +1,12 @@
 // chapters/06_decoder_only.hpp -- one causal stack, GPT's shape (--arch decoder-only).
 //
-// What it adds: a model without an encoder. What it changes in the first part: DecoderBlock is built without
-// cross-attention (`cross` false, has_encoder), and the Transformer reads a batch through DecoderOnly, an Architecture
-// (model.hpp), here, in place of encode and next_token_logits. Decoder-only is not a second model: the same blocks,
+// What it adds: a model without an encoder. What it changes in the first part: the Transformer builds, lists, runs
+// and undoes its decoder blocks through DecoderOnly, an Architecture (model.hpp), here, in place of encode and
+// next_token_logits. Decoder-only is not a second model: the paper's decoder blocks without their cross-attention,
 // one stack.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "../model.hpp"  // Transformer (this file is read where model.hpp includes it)
@@ -21,7 +22,7 @@ inline int positions_read(const ModelConfig& c, int length) {
 }
 
 // Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
-// without cross-attention (`cross` false) reads each source, START and the answer so far as one sequence of
+// without cross-attention (decoder_only_block, below) reads each source, START and the answer so far as one sequence of
 // L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
 // answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
 //
@@ -45,8 +46,40 @@ inline Transformer::Batch wholes(const Transformer::Batch& srcs, const Transform
         whole[e].insert(whole[e].end(), tgts_in[e].begin(), tgts_in[e].end());
     return whole;
 }
+// A decoder-only block: the paper's DecoderBlock without cross-attention (its cross_sub and cross_attn left empty,
+// never drawn): causal self-attention, then the feed-forward, each in its Sublayer. Parameters norm1, self_attn, norm2,
+// ffn. x, out (n_seq L, d_model).
+inline DecoderBlock decoder_only_block(const ModelConfig& c, Rng& rng) {
+    DecoderBlock b;
+    b.self_sub = Sublayer(c), b.ffn_sub = Sublayer(c);
+    b.self_attn = MultiHeadAttention(c, rng, true);
+    b.ffn = feed_forward_of(c, rng);
+    return b;
+}
+inline void decoder_only_parameters(DecoderBlock& b, const std::string& name, ParamList& list) {
+    b.self_sub.norm->list_parameters(name + ".norm1", list);
+    b.self_attn.list_parameters(name + ".self_attn", list);
+    b.ffn_sub.norm->list_parameters(name + ".norm2", list);
+    b.ffn->list_parameters(name + ".ffn", list);
+}
+inline Matrix decoder_only_forward(DecoderBlock& b, const Matrix& x, const Mask& mask, int n_seq) {
+    Matrix x1 = b.self_sub.forward(x, [&](const Matrix& a) { return b.self_attn.forward(a, a, mask, n_seq); });
+    return b.ffn_sub.forward(x1, [&](const Matrix& a) { return b.ffn->forward(a); });
+}
+inline Matrix decoder_only_backward(DecoderBlock& b, const Matrix& d_out) {
+    // forward: out = ffn_sub.forward(x1, ffn)
+    Matrix dx1 = b.ffn_sub.backward(d_out, [&](const Matrix& d) { return b.ffn->backward(d); });
+    // forward: x1 = self_sub.forward(x, causal self-attention)
+    return b.self_sub.backward(dx1, [&](const Matrix& d) { return b.self_attn.backward_self(d); });
+}
+
 struct DecoderOnly : Architecture {
     std::unique_ptr<Architecture> copy() const override { return std::make_unique<DecoderOnly>(*this); }
+    DecoderBlock decoder_block(const ModelConfig& c, Rng& rng) const override { return decoder_only_block(c, rng); }
+    void list_parameters(Transformer& model, ParamList& list) const override {
+        for (size_t i = 0; i < model.decoder.size(); i++)
+            decoder_only_parameters(model.decoder[i], "decoder." + std::to_string(i), list);
+    }
     Matrix forward(Transformer& model, const Transformer::Batch& srcs, const Transformer::Batch& tgts_in) override {
         model.sources = srcs, model.targets_in = tgts_in;
         const int S = int(srcs[0].size()), T = int(tgts_in[0].size()), L = S + T, n_seq = int(srcs.size());
@@ -55,7 +88,7 @@ struct DecoderOnly : Architecture {
                                        Transformer::concatenated(model.target_position_ids));
         x = dropout(std::move(x), model.config.dropout, model.embedding_dropout_draws(), model.target_keep);
         Mask mask(true, srcs);  // causal, and no PAD of the source (causal_padding_mask, written out: (n_seq L, L))
-        for (DecoderBlock& block : model.decoder) x = block.forward(x, Matrix(), mask, Matrix(), n_seq);
+        for (DecoderBlock& block : model.decoder) x = decoder_only_forward(block, x, mask, n_seq);
         Matrix answer;  // (n_seq T, d_model): each sequence's rows S .. L-1
         for (int e = 0; e < n_seq; e++) append_rows(answer, take_block(x, e * L + S, T, 0, model.config.d_model));
         return model.output(model.final_norm->forward(answer));
@@ -68,8 +101,7 @@ struct DecoderOnly : Architecture {
         Matrix dx(n_seq * L, model.config.d_model);  // forward: answer = rows S .. L-1 of each sequence; the rest get 0
         for (int e = 0; e < n_seq; e++)
             add_into_block(take_block(d_answer, e * T, T, 0, model.config.d_model), e * L + S, 0, dx);
-        Matrix unused;  // no memory
-        for (int i = int(model.decoder.size()) - 1; i >= 0; i--) dx = model.decoder[i].backward(dx, unused);
+        for (int i = int(model.decoder.size()) - 1; i >= 0; i--) dx = decoder_only_backward(model.decoder[i], dx);
         dx = dropout_backward(std::move(dx), model.target_keep);  // forward: x = dropout(embed.forward(whole))
         const Transformer::Batch whole = wholes(model.sources, model.targets_in);
         for (int e = 0; e < n_seq; e++)

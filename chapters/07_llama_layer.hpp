@@ -3,7 +3,7 @@
 // What it adds: the layer --llama builds (decoder-only, RMSNorm, rotary positions, grouped-query attention, SwiGLU,
 // no biases), written as one function in the order llama2.c's run.c forward takes (Karpathy 2023, after Touvron et
 // al. 2023's Llama 2), then its backward as the mirror, each step quoting the line it undoes. The model runs the same
-// layer through DecoderBlock, Sublayer, MultiHeadAttention, RMSNorm and SwiGLU (model.hpp, chapters 4 to 6); this
+// layer through a DecoderBlock's parts, Sublayer, MultiHeadAttention, RMSNorm and SwiGLU (chapters 4 to 6); this
 // chapter reads one DecoderBlock's weights and calls the same primitives in the same order, so
 // 07_llama_layer_test.cpp finds every output and every gradient equal to the model's, bit for bit. What it changes in
 // the first part: nothing. Out of scope here: dropout and attention in tiles (chapter 8); decoding's cache (ch. 10).

@@ -17,9 +17,9 @@ static int entries_differing(const Matrix& a, const Matrix& b) {
 
 // One decoder-only block of a --llama model (RMSNorm, SwiGLU, rotary positions, kv_heads = n_heads / 2, no biases),
 // every weight and every gradient drawn at random (gammas too, so the norms' scale counts; gradients too, so a
-// backward that assigns where it should add fails). Two copies: the model's DecoderBlock runs forward and backward on
-// one, llama_layer_forward and llama_layer_backward on the other. n_seq sequences of L = S + T rows, each source
-// with PADs where it has them, masked by the model's own rule, Mask(true, sources).
+// backward that assigns where it should add fails). Two copies: the model's way (chapter 06's decoder_only_forward and
+// decoder_only_backward) runs on one, llama_layer_forward and llama_layer_backward on the other. n_seq sequences of
+// L = S + T rows, each source with PADs where it has them, masked by the model's own rule, Mask(true, sources).
 TEST_CASE("llama layer: the layer in one place is the model's DecoderBlock, bit for bit") {
     struct Case { int n_heads, n_seq; std::vector<std::vector<int>> sources; int T; };
     const std::vector<Case> cases = {
@@ -37,7 +37,7 @@ TEST_CASE("llama layer: the layer in one place is the model's DecoderBlock, bit 
         DecoderBlock model_block = model.decoder[0];
         Rng rng(11);
         ParamList listed;
-        model_block.list_parameters("decoder.0", listed);
+        decoder_only_parameters(model_block, "decoder.0", listed);
         for (auto& [name, param] : listed) {
             for (double& v : param->value.data) v = rng.uniform(-1.0, 1.0);
             for (double& v : param->grad.data) v = rng.uniform(-1.0, 1.0);
@@ -53,8 +53,8 @@ TEST_CASE("llama layer: the layer in one place is the model's DecoderBlock, bit 
         CAPTURE(k.n_heads);
         CAPTURE(k.n_seq);
 
-        // forward: DecoderBlock::forward (Sublayer, MultiHeadAttention, RMSNorm, SwiGLU) and the layer in one place
-        const Matrix model_out = model_block.forward(x, Matrix(), mask, Matrix(), k.n_seq);
+        // forward: the decoder-only block (chapter 06: Sublayer, MultiHeadAttention, RMSNorm, SwiGLU) and the layer
+        const Matrix model_out = decoder_only_forward(model_block, x, mask, k.n_seq);
         LlamaLayerSaved saved;
         const Matrix layer_out = llama_layer_forward(layer_block, x, mask, k.n_seq, saved);
         CHECK(entries_differing(model_out, layer_out) == 0);
@@ -64,13 +64,12 @@ TEST_CASE("llama layer: the layer in one place is the model's DecoderBlock, bit 
         CHECK(hidden > 0);
 
         // backward: the input's gradient, then every parameter's, by name
-        Matrix no_memory;
-        const Matrix model_dx = model_block.backward(G, no_memory);
+        const Matrix model_dx = decoder_only_backward(model_block, G);
         const Matrix layer_dx = llama_layer_backward(layer_block, G, saved);
         CHECK(entries_differing(model_dx, layer_dx) == 0);
         ParamList model_params, layer_params;
-        model_block.list_parameters("decoder.0", model_params);
-        layer_block.list_parameters("decoder.0", layer_params);
+        decoder_only_parameters(model_block, "decoder.0", model_params);
+        decoder_only_parameters(layer_block, "decoder.0", layer_params);
         REQUIRE(model_params.size() == 9);  // norm1.gamma, W_q W_k W_v W_o, norm2.gamma, W_1 W_2 W_3: no bias
         for (std::size_t i = 0; i < model_params.size(); i++) {
             CAPTURE(model_params[i].first);

@@ -211,7 +211,7 @@ void each_linear(Model& model, Visit&& visit) {
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         const std::string name = "decoder." + std::to_string(i);
         attention(model.decoder[i].self_attn, name + ".self_attn");
-        if (model.decoder[i].cross) attention(model.decoder[i].cross_attn, name + ".cross_attn");
+        if (has_encoder(model.config.arch)) attention(model.decoder[i].cross_attn, name + ".cross_attn");
         feed_forward(*model.decoder[i].ffn, name + ".ffn");
     }
     visit("out.W", model.out);

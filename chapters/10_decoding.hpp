@@ -106,7 +106,8 @@ inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache
         return attend_kept(self, self.heads->ready(self.W_q.forward(a), new_rows, position), kept.self_K, kept.self_V,
                            self_mask, n_seq, position);
     });
-    if (!b.cross) return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn->forward(a); });  // decoder-only
+    if (kept.cross_K.empty())  // no memory kept: a decoder-only block (chapter 06's, no cross-attention)
+        return b.ffn_sub.forward(y1, [&](const Matrix& a) { return b.ffn->forward(a); });
     Matrix y2 = b.cross_sub.forward(y1, [&](const Matrix& a) {
         return attend_kept(b.cross_attn, b.cross_attn.W_q.forward(a), kept.cross_K, kept.cross_V, memory_mask,
                            n_seq, 0);

@@ -135,8 +135,6 @@ const std::vector<Mistake> MISTAKES = {
      {{"cross_attn.backward(d, d_queries, d_memory);",
        "Matrix lost(d_memory.rows, d_memory.cols);\n            cross_attn.backward(d, d_queries, lost);"}},
      "zero everywhere"},
-    {"decoder-block", "decoder-only forgotten (no cross-attention)",
-     {{"Matrix dy1 = !cross ? dy2 : cross_sub.backward(", "Matrix dy1 = cross_sub.backward("}}, "decoder-only"},
 };
 
 // The answer of exercise `name`: the code between each `// exercise NAME: begin` and its end in the tutorial (regions

@@ -263,7 +263,7 @@ inline void time_swiglu(Checker& c) {
 }
 // The encoder's and the decoder's blocks, each in pre- and post-norm, with the exercise's choices (its norm, its
 // feed-forward, its dropout): the encoder's input x (S = 5, the padding mask); the decoder's y (T = 4, causal) and
-// the memory (S = 5, two PADs masked), none in a decoder-only model's block.
+// the memory (S = 5, two PADs masked).
 template <typename Block>
 void check_stack_block(Checker& c, const ModelConfig& config, const std::string& check, uint64_t seed) {
     constexpr bool decoder = std::is_same_v<Block, DecoderBlock>;
@@ -277,10 +277,9 @@ void check_stack_block(Checker& c, const ModelConfig& config, const std::string&
         Matrix x = random_matrix(rows, 8, rng), dx(rows, 8), memory, d_memory(5, 8);
         std::vector<Tensor> inputs = {{decoder ? "y" : "x", &x, &dx}};
         memory = random_matrix(5, 8, rng);
-        const bool cross = decoder && has_encoder(small.arch);
-        if (cross) inputs.push_back({"memory", &memory, &d_memory});
+        if (decoder) inputs.push_back({"memory", &memory, &d_memory});
         const Matrix causal = causal_mask(4), mask = padding_mask(rows, {PADDED_SOURCE});
-        const std::string place = NORM_PLACE_NAMES[int(where)] + "-norm" + (decoder && !cross ? ", no memory" : "");
+        const std::string place = NORM_PLACE_NAMES[int(where)] + "-norm";
         check_block(c, check + " (" + place + ")",
                     tensors_of(params_of(block, "block"), inputs),
                     [&] {

@@ -90,7 +90,7 @@ const std::vector<Exercise> EXERCISES = {
     {"adam", "the Adam update in Optimizer::update (chapters/03_optimizers.hpp)", {"Adam"},
      {{"", [](ModelConfig&, TrainConfig& t) { t.optimizer = OptimizerKind::adam, t.lr = 0.01; }}}},
     {"decoder-block", "DecoderBlock::backward (model.hpp)", {"DecoderBlock", "time DecoderBlock", "model"},
-     {{"", as_default}, {" [decoder-only]", [](ModelConfig& m, TrainConfig&) { m.arch = Arch::decoder_only; }}}},
+     {{"", as_default}}},
 };
 inline const Exercise& exercise_named(const std::string& name) {
     for (const Exercise& e : EXERCISES)

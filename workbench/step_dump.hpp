@@ -51,7 +51,7 @@ inline std::vector<std::pair<std::string, Matrix>> dropout_masks(const Transform
         const DecoderBlock& b = model.decoder[i];
         std::string name = "decoder." + std::to_string(i);
         masks.insert(masks.end(), {{name + ".self_sub", b.self_sub.keep}, {name + ".self_attn", heads(b.self_attn)}});
-        if (b.cross)
+        if (has_encoder(model.config.arch))
             masks.insert(masks.end(), {{name + ".cross_sub", b.cross_sub.keep}, {name + ".cross_attn", heads(b.cross_attn)}});
         masks.push_back({name + ".ffn_sub", b.ffn_sub.keep});
     }

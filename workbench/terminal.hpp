@@ -76,7 +76,7 @@ inline std::vector<AttentionLayer> attention_layers(Transformer& model) {
     for (std::size_t i = 0; i < model.decoder.size(); i++) {
         std::string block = "decoder." + std::to_string(i);
         layers.push_back({block + " causal self-attention", &model.decoder[i].self_attn, true, true});
-        if (model.decoder[i].cross)
+        if (has_encoder(model.config.arch))
             layers.push_back({block + " cross-attention", &model.decoder[i].cross_attn, true, false});
     }
     return layers;
