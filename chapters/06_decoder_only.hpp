@@ -21,10 +21,11 @@ inline int positions_read(const ModelConfig& c, int length) {
     return length;  // not reached
 }
 
-// Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of DecoderBlocks
-// without cross-attention (decoder_only_block, below) reads each source, START and the answer so far as one sequence of
-// L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T) predict the
-// answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the encoder-decoder's.
+// Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of decoder
+// blocks without cross-attention (decoder_only_block, below) reads each source, START and the answer so far as one
+// sequence of L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T)
+// predict the answer, so the loss counts the answer's positions only. -> logits (n_seq T, vocab), as the
+// encoder-decoder's.
 //
 // The mask (n_seq queries, keys): query i of each sequence, at position first + i, may see key j when j is at or
 // before it (causal) and is not one of its source's PADs (the source's first S keys: padding). Every query sees at
