@@ -277,25 +277,25 @@ inline double train_step(Transformer& model, const Dataset& data, const TrainCon
 }
 
 // ---------------------------------------------------------------------------------------------
-// Greedy decoding: grow each output one token at a time, from the START token teacher forcing used, by the argmax of
-// its newest position's logits. Each step runs the model on the decoder input of training, START and the output so
-// far, filled out with PAD to `length`: the causal mask hides every later position from position t, so its logits
-// are its prefix's. An output ends at its first PAD: every later position is PAD too, as in every target. START is an
-// input, never an output, so the argmax runs over PAD and the digits. (Chapter 10 runs only the newest token a step,
-// against the keys and values it kept: the same bits, without the prefix run again. The program decodes that way.)
+// Greedy decoding: from START, grow each output by the argmax of its newest position's logits (greedy_choice: over PAD
+// and the digits; START is an input, never an output) until its first PAD, after which it is all PAD, as every target.
+// Each step runs the model on training's decoder input, START and the output so far filled out with PAD: the causal
+// mask hides later positions. (Chapter 10 runs only the newest token, against kept keys and values: the same bits.)
+inline int greedy_choice(const Matrix& logits, int row) {  // the argmax of logits (.., vocab) row `row`, never START
+    int best = PAD;
+    for (int v = 1; v < logits.cols; v++)
+        if (v != start_token(logits.cols) && logits.at(row, v) > logits.at(row, best)) best = v;
+    return best;
+}
 inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Transformer::Batch& sources, int length) {
-    const int start = start_token(model.config.vocab);
     Transformer::Batch in(sources.size(), shifted_right(std::vector<int>(length, PAD), model.config.vocab));
     std::vector<std::vector<int>> decoded(sources.size());
     for (int t = 0; t < length; t++) {
         const Matrix logits = model.forward(sources, in);  // (n_seq length, vocab): row e length + t is new
         for (std::size_t e = 0; e < in.size(); e++) {
-            int best = PAD;  // an ended output: PAD again
-            if (t == 0 || decoded[e].back() != PAD)
-                for (int v = 1, row = int(e) * length + t; v < logits.cols; v++)
-                    if (v != start && logits.at(row, v) > logits.at(row, best)) best = v;
-            decoded[e].push_back(best);
-            if (t + 1 < length) in[e][t + 1] = best;
+            const bool ended = t > 0 && decoded[e].back() == PAD;  // an ended output: PAD again
+            decoded[e].push_back(ended ? PAD : greedy_choice(logits, int(e) * length + t));
+            if (t + 1 < length) in[e][t + 1] = decoded[e].back();
         }
     }
     return decoded;

@@ -172,14 +172,8 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
 // last and becomes the chosen one); a function of its own so that --inspect can read each position's maps.
 inline void greedy_next(Transformer& model, DecodingCache& cache, Transformer::Batch& newest) {
     Matrix logits = newest_logits(model, cache, newest);  // (n_seq, vocab)
-    const int start = start_token(model.config.vocab);
-    for (std::size_t e = 0; e < newest.size(); e++) {
-        if (newest[e][0] == PAD) continue;  // ended: PAD again
-        int best = 0;
-        for (int v = 1; v < logits.cols; v++)
-            if (v != start && logits.at(int(e), v) > logits.at(int(e), best)) best = v;
-        newest[e][0] = best;
-    }
+    for (std::size_t e = 0; e < newest.size(); e++)
+        if (newest[e][0] != PAD) newest[e][0] = greedy_choice(logits, int(e));  // an ended one: PAD again
 }
 inline std::vector<std::vector<int>> greedy_decode_cached(Transformer& model, const Transformer::Batch& sources,
                                                           int length) {
