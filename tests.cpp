@@ -833,7 +833,8 @@ DataConfig tiny_data() {
     return d;
 }
 ModelConfig tiny_model(const DataConfig& d) {
-    ModelConfig c = fit_to_data(ModelConfig(), d);
+    ModelConfig c;
+    c.vocab = vocab_size(d), c.max_len = d.seq_len;  // the data's tokens and positions
     c.d_model = 8, c.n_heads = 2, c.d_ff = 12;
     return c;
 }
@@ -1551,7 +1552,7 @@ TEST_CASE("greedy_decode: output length, START first, each position the same as 
 // ---------------------------------------------------------------------------------------------
 
 // The default model, as ./sorter builds it.
-ModelConfig default_model() { return fit_to_data(ModelConfig(), DataConfig()); }
+ModelConfig default_model() { return ModelConfig(); }  // (its vocab and max_len the default data's: settings_test)
 
 // Train for `steps` SGD steps on fresh batches drawn from data; returns each step's loss.
 std::vector<double> train(Transformer& model, const Dataset& data, Rng& rng, int steps, int batch_size,

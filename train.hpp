@@ -50,13 +50,6 @@ struct TrainConfig {
 inline int vocab_size(const DataConfig& d) { return d.max_digit + 2; }
 inline int start_token(int vocab) { return vocab - 1; }
 
-// The model's vocab and max_len follow from the data (the program may make max_len longer: options.hpp).
-inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
-    m.vocab = vocab_size(d);
-    m.max_len = positions_read(m, d.seq_len);  // decoder-only: source and answer, one sequence
-    return m;
-}
-
 // The decoder's input under teacher forcing: START, then the target shifted right by one (its last token dropped),
 // so that position t reads target[t - 1] and must predict target[t].
 inline std::vector<int> shifted_right(const std::vector<int>& target, int vocab) {

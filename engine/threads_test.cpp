@@ -134,7 +134,7 @@ TEST_CASE("threads: training and decoding give the same bits on 1, 2, 3 and 8 th
         TrainConfig t;
         t.batch = 24;
         c.set(m, d, t);
-        m = fit_to_data(m, d);
+        m.vocab = vocab_size(d), m.max_len = positions_read(m, d.seq_len);  // decoder-only: S + T
         Dataset data(d, {}, 60, 7);
         Inputs held = inputs_of(data.held_out, 0, data.held_out.size());
         struct Run { std::vector<Matrix> values, moments; std::vector<double> losses; std::vector<std::vector<int>> out; };

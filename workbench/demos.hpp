@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "settings.hpp"  // fit_to_data, and through it train.hpp
 #include "text.hpp"
-#include "../train.hpp"
 
 // The demonstrations, with their names as --demo spells them and what each shows (--help), in the enum's order. A new
 // one is a value, a name and a line here, its function below, and its case in run_demo's switch, which the compiler

@@ -1,10 +1,11 @@
 // workbench/settings.hpp -- what the program asks of a run's settings that the tutorial itself never asks: where the
 // norm goes (for --trace-shapes' legend), how a schedule reads the run's plan and --warmup (the lines a run prints),
 // which values of a choice are today's blocks (the checkpoint's version), the shapes a training step's memory is
-// counted from (workbench/memory.hpp), and the one check of the settings taken together, which the flags, the
-// checkpoint reader and the page call. Each question is a switch that names every value, so a new value of an enum is
-// asked it by the compiler; the questions the blocks ask too live in chapters/00_choices.hpp, beside the enums. Last,
-// the model's sizes as the lines a run prints say them (layers_text, size_text). Tests: settings_test.cpp.
+// counted from (workbench/memory.hpp), the model's vocab and max_len from the data (fit_to_data), and the one check
+// of the settings taken together, which the flags, the checkpoint reader and the page call. Each question is a switch
+// that names every value, so a new value of an enum is asked it by the compiler; the questions the blocks ask too live
+// in chapters/00_choices.hpp, beside the enums. Last, the model's sizes as the lines a run prints say them
+// (layers_text, size_text). Tests: settings_test.cpp.
 #pragma once
 
 #include <string>
@@ -91,6 +92,14 @@ inline FeedForwardShape feed_forward_shape(const ModelConfig& c) {
     for (auto& [name, p] : params)
         if (name.rfind("ffn.W_", 0) == 0) shape.matrices++, shape.width = int(p->value.data.size());
     return shape;
+}
+
+// The model's vocab and max_len follow from the data: the digits' tokens, and the positions one input reads (a
+// decoder-only model's source and answer are one sequence, chapter 06). The program may make max_len longer (options).
+inline ModelConfig fit_to_data(ModelConfig m, const DataConfig& d) {
+    m.vocab = vocab_size(d);
+    m.max_len = positions_read(m, d.seq_len);
+    return m;
 }
 
 // The one check of a model's settings taken together, for the flags, the checkpoint reader and the page (each

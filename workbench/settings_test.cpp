@@ -63,3 +63,19 @@ TEST_CASE("settings: what each schedule reads, as scheduled_lr computes it") {
     CHECK(rate_follows_the_plan(Schedule::linear));
     CHECK(reads_warmup(Schedule::warmup));
 }
+
+// The model fits the data: one token a digit and PAD and START; the positions one input reads, twice as many when
+// source and answer are one sequence (decoder-only). The default model is the default data's as it stands, which
+// tests.cpp's default_model takes.
+TEST_CASE("settings: fit_to_data, the model's vocab and max_len from the data") {
+    const ModelConfig as_built = fit_to_data(ModelConfig(), DataConfig());
+    CHECK(as_built.vocab == ModelConfig().vocab);
+    CHECK(as_built.max_len == ModelConfig().max_len);
+    DataConfig d;
+    d.max_digit = 5, d.seq_len = 7;
+    ModelConfig c;
+    CHECK(fit_to_data(c, d).vocab == 7);  // PAD, 1 .. 5, START
+    CHECK(fit_to_data(c, d).max_len == 7);
+    c.arch = Arch::decoder_only;
+    CHECK(fit_to_data(c, d).max_len == 14);
+}
