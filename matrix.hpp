@@ -1,18 +1,21 @@
 // matrix.hpp -- the math under the Transformer, each forward beside its backward.
 //
-// Read this file first: matrix.hpp, model.hpp and train.hpp, read whole, are the 2017 paper's model end to end; the
-// chapters after them (chapters/) add today's blocks. A Matrix is a rows x cols block of doubles, row by row; one row
-// is one position, so T tokens of d_model numbers each are a (T, d_model) matrix. Legend used in every file:
+// Read this file first: matrix.hpp, model.hpp and train.hpp, read whole, are the 2017 paper's model end to end (its
+// blocks pre-norm by default, as most code runs them today: model.hpp); the chapters after them add today's blocks.
+// A Matrix is a rows x cols block of doubles, row by row; one row is one position, so T tokens of d_model numbers
+// each are a (T, d_model) matrix. Legend used in every file:
 //   T        target (decoder) sequence length      S      source (encoder) sequence length
 //   d_model  width of every token vector           vocab  vocabulary size
 //   n_heads  attention heads                       d_k    d_model / n_heads, width of one head
 //   d_ff     hidden width of the feed-forward layer
 //   n_seq    sequences of a mini-batch, one stack of rows  Q K V  attention's queries, keys, values
+//   (in attention, T counts the queries and S the keys: in the encoder's self-attention both are the source's)
 //
 // The model multiplies with engine/kernels.hpp's *_fast kernels: the same bits as matmul and matmul_bt here, faster.
-// Every backward, given d loss/d output, ADDS (+=) d loss/d input into gradients the caller zeroed: the chain
-// rule's sum over every path to the loss. `// exercise NAME: begin` .. `end` mark an answer a class writes itself
-// (docs/course.md): `make exercise` cuts it out of a student's copy, leaving a gap that throws "not written yet".
+// Every backward here, given d loss/d output, ADDS (+=) d loss/d input into gradients the caller zeroed: the chain
+// rule's sum over every path to the loss (model.hpp's blocks add into their parameters' and return their input's).
+// `// exercise NAME: begin` .. `end` mark an answer a class writes itself (docs/course.md): `make exercise` cuts it
+// out of a student's copy, leaving a gap that throws "not written yet".
 #pragma once
 
 #include <algorithm>
@@ -36,7 +39,7 @@ struct Matrix {
     void zero() { std::fill(data.begin(), data.end(), 0.0); }
 };
 
-// A learned tensor and the gradient of the loss with respect to it, always the same shape.
+// A learned tensor and the gradient of the loss with respect to it, the same shape (empty: a tensor that never trains).
 // Training zeroes grad, backward passes add (+=) into it, and the optimizer reads it.
 struct Param {
     Matrix value, grad;
@@ -229,14 +232,4 @@ inline Matrix take_block(const Matrix& X, int row, int rows, int col, int cols) 
 inline void add_into_block(const Matrix& dY, int row, int col, Matrix& dX) {  // (rows, cols) into (n, m)
     for (int i = 0; i < dY.rows; i++)
         for (int j = 0; j < dY.cols; j++) dX.at(row + i, col + j) += dY.at(i, j);
-}
-inline void append_rows(Matrix& Y, const Matrix& more) {  // Y (n, m) grows to (n + more.rows, m)
-    Y.cols = more.cols;
-    Y.data.insert(Y.data.end(), more.data.begin(), more.data.end());
-    Y.rows += more.rows;
-}
-inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of each part, one after another
-    Matrix Y;
-    for (const Matrix& p : parts) append_rows(Y, p);
-    return Y;
 }

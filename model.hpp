@@ -38,8 +38,8 @@ struct ModelConfig : LaterChoices<ModelConfig> {  // and each later chapter's ch
 
 // ---------------------------------------------------------------------------------------------
 constexpr int PAD = 0;  // the padding token; attention never looks at a PAD source position
-// Every learned tensor with its name ("encoder.0.self_attn.W_q"), in a fixed order: the optimizer, the checkpoint
-// file and the tests all walk this one list.
+// Every learned tensor with its name ("encoder.0.self_attn.W_q"), in a fixed order: training, the checkpoint file
+// and the tests all walk this one list (chapter 12's adapters come after it).
 using ParamList = std::vector<std::pair<std::string, Param*>>;
 
 // ---------------------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ struct Embedding {
 //   Q (T, d_k), K (S, d_k), V (S, d_k), scores and weights P (T, S), O (T, d_k). mask (T, S): 1 = may attend.
 // The model's masks as a rule, for n_seq sequences of T queries and S keys: query i may not see key j when the rule
 // is causal and j > i (so a decoder trained with teacher forcing cannot peek at the token it must predict), nor when
-// j is a PAD of its sequence's source (whose keys come first). A mask written out (given) is a Mask too.
+// j is a PAD of its sequence's source (the encoder's keys; decoder-only's first keys). A written-out mask is one too.
 // attention() gets one sequence's (T, S) written out (of_sequence); attention in tiles (chapter 08) asks the rule.
 struct Mask {
     Matrix given;                               // (n_seq T, S), or empty: the rule decides
@@ -183,7 +183,7 @@ struct Mask {
     bool pad_key(int e, int j) const {  // by the rule, key j of sequence e is one of its source's PADs
         return !pad_sources.empty() && j < int(pad_sources[e].size()) && pad_sources[e][j] == PAD;
     }
-    Matrix of_sequence(int e, int T, int S) const {  // sequence e's mask (T, S); empty when every key is seen
+    Matrix of_sequence(int e, int T, int S) const {  // sequence e's mask (T, S); empty when no rule applies
         if (!given.empty()) return take_block(given, e * T, T, 0, S);
         if (!causal && pad_sources.empty()) return Matrix();
         Matrix m(T, S);
@@ -199,7 +199,7 @@ struct SavedAttention {  // what one head of one sequence saved for its backward
     Matrix P_dropped, keep;  // attention dropout only: dropout(P) (T, S), which meets V, and its factors
 };
 
-// A blocked score is REPLACED by -1e9 (the paper adds -inf), never -inf or NaN: after the row max is
+// A blocked score is REPLACED by -1e9 (the paper sets it to -inf), never -inf or NaN: after the row max is
 // subtracted, exp(-1e9) is exactly 0.0 in double, so the blocked position gets zero weight.
 constexpr double MASKED = -1e9;
 
@@ -248,9 +248,10 @@ inline void attention_backward(const Matrix& dO, const SavedAttention& c, Matrix
 }
 
 // ---------------------------------------------------------------------------------------------
-// How each head attends: the paper's way is attention() above, on Q and K as projected, each query head reading its
-// own K and V head. A later chapter derives a way of its own (04: shared K and V heads; 05: rotary, ALiBi; 08: tiles),
-// and a model is built with one (head_attention_of), so MultiHeadAttention writes its loop over heads once.
+// How each head attends: the paper's way is attention() above (attend, below, writes its two lines with a hook on the
+// weights), on Q and K as projected, each query head reading its own K and V head. A later chapter derives a way of
+// its own (04: shared K and V heads; 05: rotary, ALiBi; 08: tiles), and a model is built with one
+// (head_attention_of), so MultiHeadAttention writes its loop over heads once.
 //   q (T, d_k), k and v (S, d_k): head h of sequence e; mask_e (T, S) that sequence's mask written out.
 struct HeadAttention {
     virtual ~HeadAttention() = default;
@@ -312,7 +313,7 @@ struct MultiHeadAttention {
         int T = Q.rows / n_seq, S = K.rows / n_seq;
         saved.assign(std::size_t(n_seq) * n_heads, SavedAttention{});
         // Each sequence attends to its own rows, so sequences may run at once (--threads, engine/kernels.hpp); under
-        // attention dropout in turn, since its masks are drawn in order. (Not heads, which may share a K and V head.)
+        // attention dropout in turn (work 0: in order, on this thread), since its masks are drawn in order.
         const bool in_turn = heads->start(mask, n_seq, attn_dropout, dropout_draws);
         parallel_each(n_seq, in_turn ? 0.0 : attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             Matrix mask_e = heads->sequence_mask(mask, e, T, S);  // (T, S)
@@ -332,8 +333,9 @@ struct MultiHeadAttention {
         Matrix d_joined = W_o.backward(d_out);  // attend: return W_o.forward(joined)
         int n_seq = int(saved.size()) / n_heads, T = d_joined.rows / n_seq, S = saved[0].K.rows;
         Matrix dQ(n_seq * T, n_heads * d_k), dK(n_seq * S, W_k.W.value.cols), dV(n_seq * S, W_v.W.value.cols);
+        // Sequences at once: the backward draws nothing. (Not heads: heads that share a K and V head add into it.)
         // exercise heads: begin (uses d_xq d_xkv)
-        parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {  // at once: it draws nothing
+        parallel_each(n_seq, attention_work(n_seq * n_heads, T, S, d_k), [&](int e) {
             for (int h = 0; h < n_heads; h++) {
                 int col = h * d_k, kv_col = heads->key_head(h) * d_k;
                 Matrix dQ_h(T, d_k), dK_h(S, d_k), dV_h(S, d_k);
@@ -551,7 +553,8 @@ struct EncoderBlock {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward.
+// Decoder block: causal self-attention, cross-attention to the encoder memory, feed-forward. (Chapter 06 builds one
+// without cross-attention, which its own forward and backward run: decoder_only_forward.)
 //   y, out (n_seq T, d_model), memory (n_seq S, d_model).
 struct DecoderBlock {
     Sublayer self_sub, cross_sub, ffn_sub;
@@ -648,7 +651,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         : config(c), final_norm(norm_of(c)), architecture(architecture_of(c)) {
         Rng rng(seed);
         embed = Embedding(c, rng);
-        for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // decoder-only: enc_layers is 0
+        for (int i = 0; i < c.enc_layers; i++) encoder.emplace_back(c, rng);  // (decoder-only: the caller's 0)
         for (int i = 0; i < c.dec_layers; i++)  // (a later chapter's architecture builds its own kind)
             decoder.push_back(architecture ? architecture->decoder_block(c, rng) : DecoderBlock(c, rng));
         out = Linear(c.d_model, c.vocab, !c.no_bias, rng);  // (a bias draws nothing: the weights stay the same)
@@ -672,7 +675,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
         sources = srcs;
         int S = int(srcs[0].size());
         source_position_ids = position_ids_for(srcs, S);
-        Mask src_mask(false, srcs);  // no query sees a PAD of its source (as padding_mask writes it out)
+        Mask src_mask(false, srcs);  // no query sees a PAD of its source (chapter 10's padding_mask writes it out)
         Matrix x = embed.forward(concatenated(srcs), concatenated(source_position_ids));
         x = dropout(std::move(x), config.dropout, embedding_dropout_draws(), source_keep);
         for (EncoderBlock& block : encoder) x = block.forward(x, src_mask, int(srcs.size()));
@@ -692,7 +695,7 @@ struct Transformer : QuantizedParts {  // (a quantized model's integers, chapter
             for (int t = 0; t < T; t++)
                 target_position_ids[e].push_back(target_position_id(source_position_ids[e], t));
         Mask memory_mask(false, srcs);  // no PAD of the source (padding_mask, written out: (n_seq T, S))
-        Mask causal(true, {});          // nothing after the query (causal_mask, written out: (T, T) a sequence)
+        Mask causal(true, {});          // nothing after the query (chapter 10's causal_mask: (T, T) a sequence)
         Matrix y = embed.forward(concatenated(tgts_in), concatenated(target_position_ids));
         y = dropout(std::move(y), config.dropout, embedding_dropout_draws(), target_keep);
         for (DecoderBlock& block : decoder) y = block.forward(y, memory, causal, memory_mask, n_seq);

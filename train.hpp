@@ -105,7 +105,7 @@ inline std::vector<int> random_digits(Rng& rng, const DataConfig& d) {
     return digits;
 }
 
-// How many different sources exist: the sum over lengths of max_digit^len (99^32 still fits a double).
+// How many different sources exist: the sum over lengths of max_digit^len (inf past a double's range: Dataset's min).
 inline double count_sources(const DataConfig& d) {
     double total = 0.0, power = 1.0;  // power = max_digit^len, multiplied up: exact while below 2^53
     for (int len = 1; len <= d.seq_len; len++) {
@@ -284,7 +284,7 @@ inline std::vector<std::vector<int>> greedy_decode(Transformer& model, const Tra
     Transformer::Batch in(sources.size(), shifted_right(std::vector<int>(length, PAD), model.config.vocab));
     std::vector<std::vector<int>> decoded(sources.size());
     for (int t = 0; t < length; t++) {
-        const Matrix logits = model.forward(sources, in);  // (n_seq length, vocab): row e length + t is new
+        const Matrix logits = model.forward(sources, in);  // (n_seq length, vocab): row e * length + t is new
         for (std::size_t e = 0; e < in.size(); e++) {
             const bool ended = t > 0 && decoded[e].back() == PAD;  // an ended output: PAD again
             decoded[e].push_back(ended ? PAD : greedy_choice(logits, int(e) * length + t));

@@ -21,6 +21,18 @@ inline int positions_read(const ModelConfig& c, int length) {
     return length;  // not reached
 }
 
+// Rows of matrices stacked, one after another: each sequence's answer rows gathered (below; chapter 10's new rows).
+inline void append_rows(Matrix& Y, const Matrix& more) {  // Y (n, m) grows to (n + more.rows, m)
+    Y.cols = more.cols;
+    Y.data.insert(Y.data.end(), more.data.begin(), more.data.end());
+    Y.rows += more.rows;
+}
+inline Matrix stack_rows(const std::vector<Matrix>& parts) {  // the rows of each part, one after another
+    Matrix Y;
+    for (const Matrix& p : parts) append_rows(Y, p);
+    return Y;
+}
+
 // Decoder-only (--arch decoder-only, GPT's shape), in the encoder-decoder's place: one causal stack of decoder
 // blocks without cross-attention (decoder_only_block, below) reads each source, START and the answer so far as one
 // sequence of L = S + T tokens at positions 0 .. L-1, its source's PADs hidden; the rows from START on (the last T)

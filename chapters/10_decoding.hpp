@@ -33,8 +33,8 @@ inline Matrix padding_mask(int T, const std::vector<std::vector<int>>& sources) 
 // and add exactly 0 (tests.cpp checks).
 struct DecodingCache {
     // self_K, self_V (n_seq t, kv_heads d_k), t the tokens fed so far; cross_K, cross_V (n_seq S, kv_heads d_k)
-    struct Layer { Matrix self_K, self_V, cross_K, cross_V; };
-    std::vector<Layer> layers;        // one per decoder block
+    struct Block { Matrix self_K, self_V, cross_K, cross_V; };
+    std::vector<Block> blocks;        // one per decoder block
     Transformer::Batch sources;       // n_seq x (S): each sequence's source, for the padding mask
     Transformer::Batch position_ids;  // n_seq x (S): the position ids its source read, which the output's follow
                                       // (random positions); decoder-only: n_seq x (2 S), the whole sequence's
@@ -95,7 +95,7 @@ inline Matrix attend_kept(MultiHeadAttention& m, const Matrix& Q, const Matrix& 
 // model's whole prompt) from `position` on, against what `kept` holds; self_mask (n_seq new_rows, keys) hides what
 // they may not see (empty: all). With rotary positions the kept keys were turned at their own positions, so only
 // the newest rows turn.
-inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Layer& kept, const Matrix& self_mask,
+inline Matrix decoder_block_next(DecoderBlock& b, const Matrix& y, DecodingCache::Block& kept, const Matrix& self_mask,
                                  const Matrix& memory_mask, int n_seq, int position) {
     MultiHeadAttention& self = b.self_attn;
     const int new_rows = y.rows / n_seq;
@@ -125,9 +125,9 @@ inline DecodingCache start_decoding_whole(Transformer& model, const Transformer:
     for (const std::vector<int>& ids : cache.position_ids) source_ids.push_back({ids.begin(), ids.begin() + S});
     Matrix x = model.embed.forward(Transformer::concatenated(sources), Transformer::concatenated(source_ids));
     Matrix mask = causal_padding_mask(sources, S, 0, S);  // (n_seq S, S)
-    cache.layers.resize(model.decoder.size());
+    cache.blocks.resize(model.decoder.size());
     for (std::size_t i = 0; i < model.decoder.size(); i++)
-        x = decoder_block_next(model.decoder[i], x, cache.layers[i], mask, Matrix(), n_seq, 0);
+        x = decoder_block_next(model.decoder[i], x, cache.blocks[i], mask, Matrix(), n_seq, 0);
     cache.position = S;
     return cache;
 }
@@ -142,7 +142,7 @@ inline DecodingCache start_decoding(Transformer& model, const Transformer::Batch
     Matrix memory = model.encode(sources);
     cache.position_ids = model.source_position_ids;
     for (DecoderBlock& block : model.decoder)
-        cache.layers.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
+        cache.blocks.push_back({Matrix(), Matrix(), block.cross_attn.W_k.forward(memory),
                                 block.cross_attn.W_v.forward(memory)});
     return cache;
 }
@@ -161,7 +161,7 @@ inline Matrix newest_logits(Transformer& model, DecodingCache& cache, const Tran
         break;
     }
     for (std::size_t i = 0; i < model.decoder.size(); i++)
-        y = decoder_block_next(model.decoder[i], y, cache.layers[i], self_mask, memory_mask, n_seq, cache.position);
+        y = decoder_block_next(model.decoder[i], y, cache.blocks[i], self_mask, memory_mask, n_seq, cache.position);
     cache.position++;
     return model.output(model.final_norm->forward(y));
 }

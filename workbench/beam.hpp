@@ -31,11 +31,11 @@ inline double length_penalty(int length, double alpha) { return maths::pow((5.0 
 inline double beam_score(double log_prob, int length, double alpha) { return log_prob / length_penalty(length, alpha); }
 
 // Sequence i of the cache's stack now continues sequence from[i], its parent, and takes what the parent kept:
-// its K and V in every layer, its source and its source's position rows.
+// its K and V in every block, its source and its source's position rows.
 inline void follow_parents(DecodingCache& cache, const std::vector<int>& from) {
     const int n_seq = int(cache.sources.size());
-    for (DecodingCache::Layer& layer : cache.layers)
-        for (Matrix* kept : {&layer.self_K, &layer.self_V, &layer.cross_K, &layer.cross_V}) {
+    for (DecodingCache::Block& block : cache.blocks)
+        for (Matrix* kept : {&block.self_K, &block.self_V, &block.cross_K, &block.cross_V}) {
             if (kept->empty()) continue;  // a decoder-only model keeps no cross-attention
             const int L = kept->rows / n_seq;  // each sequence's rows
             Matrix gathered(int(from.size()) * L, kept->cols);
