@@ -20,7 +20,7 @@
 #include "chapters/00_choices.hpp"  // the choices, their names, the questions the blocks ask of them; Owned
 
 struct ModelConfig : LaterChoices<ModelConfig> {  // and each later chapter's choices, off by default (chapter 00)
-    int vocab = 11;       // PAD 0, digits 1..9, START 10
+    int vocab = 11;       // PAD 0, digits 1..9, START 10: the default data's (train.hpp's vocab_size)
     int max_len = 5;      // positions a sequence may take: seq_len, or more (--test-len; chapters 05, 06)
     int d_model = 16;
     int n_heads = 2;

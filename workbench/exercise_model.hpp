@@ -6,6 +6,7 @@
 #pragma once
 
 #include "exercise_check.hpp"
+#include "settings.hpp"  // fit_to_data
 
 namespace exercises {
 
